@@ -1,0 +1,125 @@
+# kakeya — one Makefile.
+#
+#   make            build build/kakeya (and the engine library)
+#   make test       unit + golden tests, then the same tests under ASan/UBSan,
+#                   then a short fuzz run of the GGUF reader
+#   make bench      speed benchmarks, JSON on stdout (BENCH_MODEL=... to pick)
+#   make run        chat with the default model
+#   make install    PREFIX=/usr/local DESTDIR=
+#
+# The engine is built for x86-64-v3 (AVX2, FMA, F16C): the floor the project
+# supports. AVX-512 kernels live in files named *_avx512.c, compiled with
+# those extensions and only called after a runtime CPU check.
+
+CC      ?= gcc
+PREFIX  ?= /usr/local
+BUILD   ?= build
+SHARED  ?= ../shared
+
+ARCH      := -march=x86-64-v3 -mtune=generic
+AVX512    := -mavx512f -mavx512bw -mavx512vl -mavx512dq -mavx512vnni
+WARN      := -Wall -Wextra -Werror -Wshadow -Wno-unused-parameter
+PKGS      := ncursesw readline sqlite3 libcjson
+BLAS_CFLAGS := $(shell pkg-config --cflags openblas 2>/dev/null)
+BLAS_LIBS   := $(shell pkg-config --libs openblas 2>/dev/null || echo -lopenblas)
+CFLAGS    ?= -O2 -g
+ALL_CFLAGS = -std=c11 -D_GNU_SOURCE $(WARN) $(ARCH) -Iengine -Iengine/cpu \
+             -Iapp -Iui -I/usr/include/cjson $(BLAS_CFLAGS) -MMD -MP \
+             $(CFLAGS) $(SAN)
+LDLIBS    = $(BLAS_LIBS) -lm -lpthread
+
+ENGINE_SRC := $(wildcard engine/*.c engine/cpu/*.c)
+APP_SRC    := $(wildcard app/*.c ui/*.c)
+TEST_SRC   := $(wildcard tests/test_*.c)
+TESTLIB_SRC:= $(wildcard tests/lib/*.c)
+
+ENGINE_OBJ := $(ENGINE_SRC:%.c=$(BUILD)/%.o)
+APP_OBJ    := $(APP_SRC:%.c=$(BUILD)/%.o)
+APPLIB_OBJ := $(filter-out $(BUILD)/app/main.o,$(APP_OBJ))
+TESTLIB_OBJ:= $(TESTLIB_SRC:%.c=$(BUILD)/%.o)
+TEST_BIN   := $(TEST_SRC:tests/%.c=$(BUILD)/tests/%)
+LIB        := $(BUILD)/libkakeya.a
+APPLIB     := $(BUILD)/libkakeya-app.a
+APP        := $(BUILD)/kakeya
+
+.PHONY: all test test-plain test-asan fuzz fuzz-smoke bench run install clean
+
+all: $(APP)
+
+$(BUILD)/%_avx512.o: %_avx512.c
+	@mkdir -p $(dir $@)
+	$(CC) $(ALL_CFLAGS) $(AVX512) -c $< -o $@
+
+$(BUILD)/%.o: %.c
+	@mkdir -p $(dir $@)
+	$(CC) $(ALL_CFLAGS) -c $< -o $@
+
+$(LIB): $(ENGINE_OBJ)
+	@mkdir -p $(dir $@)
+	rm -f $@ && ar rcs $@ $^
+
+# Everything of the app but main(), so tests can link the store, the UI...
+$(APPLIB): $(APPLIB_OBJ)
+	@mkdir -p $(dir $@)
+	rm -f $@ && ar rcs $@ $^
+
+$(APP): $(BUILD)/app/main.o $(APPLIB) $(LIB)
+	$(CC) $(ALL_CFLAGS) -o $@ $(BUILD)/app/main.o $(APPLIB) $(LIB) \
+	    $(shell pkg-config --libs $(PKGS)) $(LDLIBS)
+
+$(BUILD)/tests/%: tests/%.c $(TESTLIB_OBJ) $(APPLIB) $(LIB)
+	@mkdir -p $(dir $@)
+	$(CC) $(ALL_CFLAGS) -Itests/lib -o $@ $< $(TESTLIB_OBJ) $(APPLIB) $(LIB) \
+	    -lcmocka $(shell pkg-config --libs $(PKGS)) $(LDLIBS)
+
+# Tests run from the repository root; they find the golden data in $(SHARED).
+test: test-plain test-asan fuzz-smoke
+
+test-plain: $(TEST_BIN) $(APP)
+	KK_SHARED=$(SHARED) KK_BIN=$(APP) tests/run-tests.sh $(TEST_BIN)
+
+test-asan:
+	$(MAKE) BUILD=build/asan CFLAGS="-O1 -g -fno-omit-frame-pointer" \
+	    SAN="-fsanitize=address,undefined -fno-sanitize-recover=all" test-plain
+
+# libFuzzer needs clang. The fuzz target links the reader on its own.
+FUZZ_BIN := $(BUILD)/fuzz/fuzz_gguf
+$(FUZZ_BIN): tests/fuzz/fuzz_gguf.c engine/gguf.c engine/dtype.c engine/error.c
+	@mkdir -p $(dir $@)
+	clang -std=c11 -D_GNU_SOURCE -g -O1 -Iengine \
+	    -fsanitize=fuzzer,address,undefined -o $@ $^
+
+fuzz: $(FUZZ_BIN)
+	@mkdir -p $(BUILD)/fuzz/corpus
+	$(FUZZ_BIN) -max_len=65536 $(BUILD)/fuzz/corpus tests/fuzz/seeds
+
+fuzz-smoke: $(FUZZ_BIN)
+	@mkdir -p $(BUILD)/fuzz/corpus
+	$(FUZZ_BIN) -max_total_time=$${FUZZ_SECONDS:-60} -max_len=65536 \
+	    $(BUILD)/fuzz/corpus tests/fuzz/seeds
+
+# The default benchmark model: a random-weight SmolLM2-360M in Q8_0 (about
+# 380 MiB, far larger than any cache), made once by kakeya mkmodel.
+BENCH_SHAPE ?= smollm2-360m
+BENCH_TYPE  ?= Q8_0
+BENCH_MODEL ?= $(BUILD)/models/$(BENCH_SHAPE)-$(BENCH_TYPE).gguf
+BENCH_THREADS ?= 2
+$(BUILD)/models/$(BENCH_SHAPE)-$(BENCH_TYPE).gguf: | $(APP)
+	@mkdir -p $(dir $@)
+	$(APP) mkmodel --shape $(BENCH_SHAPE) --type $(BENCH_TYPE) -o $@
+
+bench: $(APP) $(BENCH_MODEL)
+	$(APP) bench -m $(BENCH_MODEL) --threads $(BENCH_THREADS)
+
+run: $(APP)
+	$(APP)
+
+install: $(APP)
+	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(PREFIX)/share/man/man1
+	install -m 755 $(APP) $(DESTDIR)$(PREFIX)/bin/kakeya
+	install -m 644 man/kakeya.1 $(DESTDIR)$(PREFIX)/share/man/man1/kakeya.1
+
+clean:
+	rm -rf build
+
+-include $(shell find $(BUILD) -name '*.d' 2>/dev/null)

@@ -1,0 +1,102 @@
+/* args.c — see args.h. */
+#include "args.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+void args_init(struct args *a, const char *cmd, int argc, char **argv)
+{
+    memset(a, 0, sizeof *a);
+    a->cmd = cmd;
+    a->argc = argc;
+    a->argv = argv;
+}
+
+const char *args_next(struct args *a)
+{
+    if (a->failed || a->i >= a->argc)
+        return NULL;
+    a->opt = a->argv[a->i++];
+    return a->opt;
+}
+
+bool args_is(const struct args *a, const char *short_name,
+             const char *long_name)
+{
+    return (short_name && strcmp(a->opt, short_name) == 0) ||
+           (long_name && strcmp(a->opt, long_name) == 0);
+}
+
+const char *args_value(struct args *a)
+{
+    if (a->i >= a->argc) {
+        fprintf(stderr, "%s: option %s needs a value\n", a->cmd, a->opt);
+        a->failed = true;
+        return NULL;
+    }
+    return a->argv[a->i++];
+}
+
+double args_float(struct args *a, double lo, double hi)
+{
+    const char *v = args_value(a);
+    if (!v)
+        return lo;
+    char *end;
+    errno = 0;
+    double d = strtod(v, &end);
+    if (errno || *end || end == v || d < lo || d > hi) {
+        fprintf(stderr, "%s: %s wants a number from %g to %g, not '%s'\n",
+                a->cmd, a->opt, lo, hi, v);
+        a->failed = true;
+        return lo;
+    }
+    return d;
+}
+
+int args_int(struct args *a, int lo, int hi)
+{
+    const char *v = args_value(a);
+    if (!v)
+        return lo;
+    char *end;
+    errno = 0;
+    long n = strtol(v, &end, 10);
+    if (errno || *end || end == v || n < lo || n > hi) {
+        fprintf(stderr, "%s: %s wants a whole number from %d to %d, not "
+                        "'%s'\n", a->cmd, a->opt, lo, hi, v);
+        a->failed = true;
+        return lo;
+    }
+    return (int)n;
+}
+
+uint64_t args_u64(struct args *a)
+{
+    const char *v = args_value(a);
+    if (!v)
+        return 0;
+    char *end;
+    errno = 0;
+    unsigned long long n = strtoull(v, &end, 10);
+    if (errno || *end || end == v || *v == '-') {
+        fprintf(stderr, "%s: %s wants a non-negative whole number, not "
+                        "'%s'\n", a->cmd, a->opt, v);
+        a->failed = true;
+        return 0;
+    }
+    return n;
+}
+
+void args_unknown(struct args *a)
+{
+    if (a->opt[0] == '-')
+        fprintf(stderr, "%s: unknown option '%s' (see kakeya --help)\n",
+                a->cmd, a->opt);
+    else
+        fprintf(stderr, "%s: unexpected argument '%s' (see kakeya --help)\n",
+                a->cmd, a->opt);
+    a->failed = true;
+}

@@ -1,0 +1,264 @@
+/* cmd_bench.c — `kakeya bench -m MODEL`: speed figures as JSON on stdout.
+ *
+ * In one run, on one model: the machine's memory read bandwidth, prefill
+ * tok/s, decode tok/s, the roofline that bandwidth implies for this model
+ * (weight bytes read per token / bandwidth) and decode's share of it, and
+ * the verify cost ratio c(L) = time(forward of L tokens) / time(forward of
+ * 1 token) for L = 1..16 — the price of checking a draft block of L tokens.
+ * Each timing is the median of several repetitions. */
+#include <cJSON.h>
+#include <immintrin.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "args.h"
+#include "commands.h"
+#include "kakeya.h"
+
+static double now_seconds(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+static double median(double *v, int n)
+{
+    qsort(v, (size_t)n, sizeof *v, cmp_double);
+    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+/* ---- memory bandwidth: n threads each sum their slice of a buffer ---- */
+
+struct bw_slice {
+    const __m256i *p;
+    size_t n;      /* 32-byte vectors */
+    long long sink;
+};
+
+static void *bw_read(void *arg)
+{
+    struct bw_slice *s = arg;
+    __m256i a0 = _mm256_setzero_si256(), a1 = a0, a2 = a0, a3 = a0;
+    for (size_t i = 0; i + 4 <= s->n; i += 4) {
+        a0 = _mm256_add_epi64(a0, _mm256_load_si256(s->p + i));
+        a1 = _mm256_add_epi64(a1, _mm256_load_si256(s->p + i + 1));
+        a2 = _mm256_add_epi64(a2, _mm256_load_si256(s->p + i + 2));
+        a3 = _mm256_add_epi64(a3, _mm256_load_si256(s->p + i + 3));
+    }
+    __m256i t = _mm256_add_epi64(_mm256_add_epi64(a0, a1),
+                                 _mm256_add_epi64(a2, a3));
+    long long out[4];
+    _mm256_storeu_si256((__m256i *)out, t);
+    s->sink = out[0] + out[1] + out[2] + out[3];
+    return NULL;
+}
+
+/* Best of several passes over a buffer far larger than any cache. */
+static double memory_bandwidth_gbs(int n_threads)
+{
+    const size_t bytes = (size_t)1 << 30;
+    void *buf = aligned_alloc(64, bytes);
+    if (!buf)
+        return 0.0;
+    memset(buf, 1, bytes);
+    size_t vecs = bytes / 32 / (size_t)n_threads;
+    double best = 0.0;
+    for (int rep = 0; rep < 5; rep++) {
+        struct bw_slice s[64];
+        pthread_t th[64];
+        double t0 = now_seconds();
+        for (int i = 0; i < n_threads; i++) {
+            s[i] = (struct bw_slice){(const __m256i *)buf + vecs * (size_t)i,
+                                     vecs, 0};
+            pthread_create(&th[i], NULL, bw_read, &s[i]);
+        }
+        for (int i = 0; i < n_threads; i++)
+            pthread_join(th[i], NULL);
+        double gbs = (double)vecs * 32 * n_threads / (now_seconds() - t0) / 1e9;
+        best = gbs > best ? gbs : best;
+    }
+    free(buf);
+    return best;
+}
+
+/* ---- engine timings ---- */
+
+struct bench_options {
+    const char *model;
+    int n_threads;
+    int n_prefill;
+    int n_decode;
+    int reps;
+};
+
+/* Deterministic token ids spread over the vocabulary (not EOG-sensitive:
+ * timings do not depend on which ids are used). */
+static void fill_tokens(int32_t *ids, int n, int n_vocab)
+{
+    uint64_t s = 12345;
+    for (int i = 0; i < n; i++) {
+        s = s * 6364136223846793005ull + 1442695040888963407ull;
+        ids[i] = (int32_t)((s >> 33) % (uint64_t)n_vocab);
+    }
+}
+
+static int time_eval(struct kk_session *s, const int32_t *ids, int n,
+                     bool all_logits, double *seconds, struct kk_error *err)
+{
+    double t0 = now_seconds();
+    if (kk_session_eval(s, ids, n, all_logits, NULL, NULL, err))
+        return -1;
+    *seconds = now_seconds() - t0;
+    return 0;
+}
+
+/* c(L): forwards of L tokens on top of a fixed context, trimmed after each. */
+static int measure_verify_cost(struct kk_session *s, const int32_t *ids,
+                               int reps, cJSON *out, struct kk_error *err)
+{
+    int base = kk_session_n_tokens(s);
+    double t1 = 0.0;
+    cJSON *arr = cJSON_AddArrayToObject(out, "verify_cost");
+    for (int L = 1; L <= 16; L++) {
+        double t[32];
+        for (int r = 0; r < reps; r++) {
+            if (time_eval(s, ids, L, true, &t[r], err))
+                return -1;
+            kk_session_trim(s, base);
+        }
+        double med = median(t, reps);
+        if (L == 1)
+            t1 = med;
+        cJSON *e = cJSON_CreateObject();
+        cJSON_AddNumberToObject(e, "L", L);
+        cJSON_AddNumberToObject(e, "ms", med * 1e3);
+        cJSON_AddNumberToObject(e, "c", med / t1);
+        cJSON_AddItemToArray(arr, e);
+    }
+    return 0;
+}
+
+static int run_bench(const struct bench_options *o, cJSON *out,
+                     struct kk_error *err)
+{
+    struct kk_model *m = NULL;
+    struct kk_session *s = NULL;
+    int32_t *ids = NULL;
+    int rc = -1;
+    if (kk_model_open(o->model, &m, err))
+        return -1;
+    struct kk_model_info info;
+    kk_model_get_info(m, &info);
+    int n_ctx = o->n_prefill + o->n_decode + 64;
+    struct kk_session_params sp = {.n_ctx = n_ctx, .n_threads = o->n_threads,
+                                   .max_batch = 256};
+    ids = malloc(sizeof(int32_t) * (size_t)n_ctx);
+    if (!ids || kk_session_new(m, &sp, &s, err))
+        goto done;
+    fill_tokens(ids, n_ctx, info.n_vocab);
+
+    double warm, t_pre, t_dec = 0.0;
+    if (time_eval(s, ids, 8, false, &warm, err))
+        goto done;
+    kk_session_trim(s, 0);
+    if (time_eval(s, ids, o->n_prefill, false, &t_pre, err))
+        goto done;
+    double steps[4096];
+    int n_steps = o->n_decode < 4096 ? o->n_decode : 4096;
+    for (int i = 0; i < n_steps; i++) {
+        if (time_eval(s, &ids[o->n_prefill + i], 1, false, &steps[i], err))
+            goto done;
+        t_dec += steps[i];
+    }
+    kk_session_trim(s, o->n_prefill);
+
+    cJSON *mj = cJSON_AddObjectToObject(out, "model");
+    cJSON_AddStringToObject(mj, "path", o->model);
+    cJSON_AddStringToObject(mj, "name", info.name);
+    cJSON_AddStringToObject(mj, "arch", info.arch);
+    cJSON_AddNumberToObject(mj, "params", (double)info.n_params);
+    cJSON_AddNumberToObject(mj, "bytes_per_token", (double)info.bytes_per_token);
+    cJSON_AddNumberToObject(out, "prefill_tokens", o->n_prefill);
+    cJSON_AddNumberToObject(out, "prefill_tok_per_s", o->n_prefill / t_pre);
+    cJSON_AddNumberToObject(out, "decode_tokens", n_steps);
+    cJSON_AddNumberToObject(out, "decode_tok_per_s", n_steps / t_dec);
+    cJSON_AddNumberToObject(out, "decode_ms_median",
+                            median(steps, n_steps) * 1e3);
+    rc = measure_verify_cost(s, &ids[o->n_prefill], o->reps, out, err);
+done:
+    free(ids);
+    kk_session_free(s);
+    kk_model_close(m);
+    return rc;
+}
+
+static void add_roofline(cJSON *out, double bw_gbs)
+{
+    cJSON *bpt = cJSON_GetObjectItem(cJSON_GetObjectItem(out, "model"),
+                                     "bytes_per_token");
+    cJSON *dec = cJSON_GetObjectItem(out, "decode_tok_per_s");
+    if (!bpt || !dec || bpt->valuedouble <= 0)
+        return;
+    double roof = bw_gbs * 1e9 / bpt->valuedouble;
+    cJSON_AddNumberToObject(out, "roofline_tok_per_s", roof);
+    cJSON_AddNumberToObject(out, "decode_share_of_roofline",
+                            dec->valuedouble / roof);
+}
+
+int cmd_bench(int argc, char **argv)
+{
+    struct args a;
+    args_init(&a, "kakeya bench", argc, argv);
+    struct bench_options o = {.n_threads = 2, .n_prefill = 256,
+                              .n_decode = 64, .reps = 9};
+    while (args_next(&a)) {
+        if (args_is(&a, "-m", "--model"))
+            o.model = args_value(&a);
+        else if (args_is(&a, "-t", "--threads"))
+            o.n_threads = args_int(&a, 1, 64);
+        else if (args_is(&a, NULL, "--quick")) {
+            o.n_prefill = 64;
+            o.n_decode = 16;
+            o.reps = 3;
+        } else if (a.opt[0] != '-' && !o.model)
+            o.model = a.opt;
+        else
+            args_unknown(&a);
+    }
+    if (a.failed)
+        return 2;
+    if (!o.model) {
+        fprintf(stderr, "kakeya bench: needs -m MODEL.gguf (make bench "
+                        "makes one with kakeya mkmodel)\n");
+        return 2;
+    }
+    cJSON *out = cJSON_CreateObject();
+    cJSON_AddStringToObject(out, "benchmark", "kakeya-cpu");
+    cJSON_AddNumberToObject(out, "threads", o.n_threads);
+    cJSON_AddStringToObject(out, "cpu_kernels", kk_cpu_kernels());
+    double bw = memory_bandwidth_gbs(o.n_threads);
+    cJSON_AddNumberToObject(out, "memory_read_gb_per_s", bw);
+    struct kk_error err = {{0}};
+    int rc = run_bench(&o, out, &err);
+    if (rc) {
+        fprintf(stderr, "kakeya bench: %s\n", err.msg);
+    } else {
+        add_roofline(out, bw);
+        char *text = cJSON_Print(out);
+        if (text)
+            puts(text);
+        free(text);
+    }
+    cJSON_Delete(out);
+    return rc ? 1 : 0;
+}

@@ -1,0 +1,46 @@
+/* main.c — the kakeya binary: picks the subcommand. */
+#include <stdio.h>
+#include <string.h>
+
+#include "commands.h"
+
+static const char usage[] =
+    "usage: kakeya COMMAND [options]\n"
+    "\n"
+    "  run       -m MODEL.gguf -p PROMPT [-n N] [--greedy | --temp T --top-p P\n"
+    "            --seed S] [--threads N] [--ctx N] [--chat] [--special] [--ids]\n"
+    "            [--ignore-eos]    stream a completion to stdout\n"
+    "  info      MODEL.gguf [--tensors]   architecture, sizes, types, template\n"
+    "  tokenize  -m MODEL.gguf [--no-bos] [--special] [--pieces] TEXT\n"
+    "  mkmodel   --shape NAME --type F16|Q8_0|Q4_0 -o FILE [--vocab-from GGUF]\n"
+    "            [--seed S] | --list   random weights, real shapes\n"
+    "  bench     -m MODEL.gguf [--threads N] [--quick]   speed, as JSON\n"
+    "  list      [--db FILE]                 stored conversations\n"
+    "  export    ID [--format md|json] [-o FILE] [--db FILE]\n"
+    "  import    FILE.json|- [--db FILE]\n"
+    "  search    TEXT... [--limit N] [--db FILE]   full-text search\n"
+    "\n"
+    "See kakeya(1) for details.\n";
+
+int main(int argc, char **argv)
+{
+    static const struct {
+        const char *name;
+        int (*fn)(int, char **);
+    } commands[] = {
+        {"run", cmd_run},         {"info", cmd_info},
+        {"tokenize", cmd_tokenize}, {"mkmodel", cmd_mkmodel},
+        {"bench", cmd_bench},     {"list", cmd_list},
+        {"export", cmd_export},   {"import", cmd_import},
+        {"search", cmd_search},
+    };
+    if (argc < 2 || !strcmp(argv[1], "--help") || !strcmp(argv[1], "-h")) {
+        fputs(usage, argc < 2 ? stderr : stdout);
+        return argc < 2 ? 2 : 0;
+    }
+    for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
+        if (!strcmp(argv[1], commands[i].name))
+            return commands[i].fn(argc - 2, argv + 2);
+    fprintf(stderr, "kakeya: unknown command '%s'\n\n%s", argv[1], usage);
+    return 2;
+}

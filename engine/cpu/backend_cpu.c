@@ -1,0 +1,341 @@
+/* backend_cpu.c — the op set of backend.h on the CPU.
+ *
+ * Numerics follow llama.cpp's CPU backend where it matters for agreement
+ * with the golden logits: RMSNorm sums in double, RoPE advances theta by
+ * repeated multiplication in float, GELU goes through fp16 rounding like
+ * ggml's lookup table, and softmax sums in double. */
+#include "backend.h"
+
+#include <cblas.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "dtype.h"
+#include "error.h"
+#include "kv.h"
+#include "matmul.h"
+#include "quant.h"
+#include "threadpool.h"
+
+/* F32 weights with batches at least this large go through OpenBLAS sgemm:
+ * compute-bound, where BLAS's register blocking wins. Everything else
+ * (decode, draft verification, and quantized or half-precision weights at
+ * any batch size) streams each weight row once through the dot kernels,
+ * which round the activations the way llama.cpp does (Q8_0/Q8_K, f16,
+ * bf16): an sgemm on dequantized weights would move quantized models'
+ * logits by ~0.1 away from the reference. */
+enum { SGEMM_MIN_TOKENS = 32, SGEMM_TILE_ROWS = 64 };
+
+/* Row chunks handed to threads: small enough to balance, large enough to
+ * amortise dispatch. */
+enum { MATMUL_CHUNK_ROWS = 16 };
+
+struct backend {
+    struct pool *pool;
+    int n_threads;
+    void *prep;            /* prepared activations of the current matmul */
+    size_t prep_bytes;
+    int64_t max_cols;
+    float *scores;         /* per thread: n_ctx attention scores */
+    int n_ctx;
+    int max_tokens;
+};
+
+int backend_new(int n_threads, struct backend **out, struct kk_error *err)
+{
+    *out = NULL;
+    struct backend *be = calloc(1, sizeof *be);
+    if (!be)
+        return kk_fail(err, "out of memory");
+    if (pool_new(n_threads, &be->pool, err)) {
+        free(be);
+        return -1;
+    }
+    be->n_threads = pool_threads(be->pool);
+    /* Our pool already runs one sgemm per thread on disjoint tiles. */
+    openblas_set_num_threads(1);
+    *out = be;
+    return 0;
+}
+
+void backend_free(struct backend *be)
+{
+    if (!be)
+        return;
+    pool_free(be->pool);
+    free(be->prep);
+    free(be->scores);
+    free(be);
+}
+
+int backend_threads(const struct backend *be)
+{
+    return be->n_threads;
+}
+
+static int grow(void **buf, size_t bytes, struct kk_error *err)
+{
+    void *nb = realloc(*buf, bytes ? bytes : 1);
+    if (!nb)
+        return kk_fail(err, "out of memory reserving %zu MiB of scratch",
+                       bytes >> 20);
+    *buf = nb;
+    return 0;
+}
+
+int backend_reserve(struct backend *be, int max_tokens, int64_t max_cols,
+                    int n_ctx, struct kk_error *err)
+{
+    static const uint32_t types[] = {KK_F32, KK_F16, KK_BF16, KK_Q8_0,
+                                     KK_Q4_0, KK_Q5_0, KK_Q4_K, KK_Q6_K};
+    if (max_tokens > be->max_tokens || max_cols > be->max_cols) {
+        size_t need = 0;
+        int64_t cols = max_cols > be->max_cols ? max_cols : be->max_cols;
+        int toks = max_tokens > be->max_tokens ? max_tokens : be->max_tokens;
+        /* K-quant activations need whole 256-blocks: round columns up. */
+        int64_t padded = (cols + 255) / 256 * 256;
+        for (size_t i = 0; i < sizeof types / sizeof types[0]; i++) {
+            size_t b = matmul_prepared_bytes(types[i], padded, toks);
+            need = b > need ? b : need;
+        }
+        if (grow(&be->prep, need, err))
+            return -1;
+        be->prep_bytes = need;
+        be->max_cols = cols;
+        be->max_tokens = toks;
+    }
+    if (n_ctx > be->n_ctx) {
+        size_t bytes = (size_t)be->n_threads * (size_t)n_ctx * sizeof(float);
+        if (grow((void **)&be->scores, bytes, err))
+            return -1;
+        be->n_ctx = n_ctx;
+    }
+    return 0;
+}
+
+/* ---- matmul ---- */
+
+struct matmul_job {
+    struct backend *be;
+    const struct weight *w;
+    const struct matmul_input *in;
+    const float *x;
+    float *y;
+    int n;
+    int64_t chunk_rows;
+};
+
+static void matmul_task(void *ctx, int i, int thread)
+{
+    const struct matmul_job *j = ctx;
+    int64_t r0 = (int64_t)i * j->chunk_rows;
+    int64_t r1 = r0 + j->chunk_rows;
+    if (r1 > j->w->n_rows)
+        r1 = j->w->n_rows;
+    matmul_rows(j->w->type, j->w->data, j->in, j->y, j->w->n_rows, r0, r1);
+    (void)thread;
+}
+
+/* One tile of rows of an F32 matrix, multiplied with BLAS. */
+static void sgemm_task(void *ctx, int i, int thread)
+{
+    (void)thread;
+    const struct matmul_job *j = ctx;
+    const struct weight *w = j->w;
+    int64_t r0 = (int64_t)i * SGEMM_TILE_ROWS;
+    int64_t rows = w->n_rows - r0 < SGEMM_TILE_ROWS ? w->n_rows - r0
+                                                    : SGEMM_TILE_ROWS;
+    const float *tile = (const float *)w->data + r0 * w->n_cols;
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, j->n, (int)rows,
+                (int)w->n_cols, 1.0f, j->x, (int)w->n_cols, tile,
+                (int)w->n_cols, 0.0f, j->y + r0, (int)w->n_rows);
+}
+
+void be_matmul(struct backend *be, const struct weight *w, const float *x,
+               int n, float *y)
+{
+    struct matmul_job j = {.be = be, .w = w, .x = x, .y = y, .n = n};
+    if (n >= SGEMM_MIN_TOKENS && w->type == KK_F32) {
+        int tiles = (int)((w->n_rows + SGEMM_TILE_ROWS - 1) / SGEMM_TILE_ROWS);
+        pool_run(be->pool, tiles, sgemm_task, &j);
+        return;
+    }
+    struct matmul_input in;
+    matmul_prepare(w->type, x, w->n_cols, n, be->prep, &in);
+    j.in = &in;
+    /* Aim for a few chunks per thread so uneven progress evens out. */
+    int64_t chunk = w->n_rows / (be->n_threads * 4);
+    chunk = chunk < MATMUL_CHUNK_ROWS ? MATMUL_CHUNK_ROWS : chunk;
+    chunk = (chunk + 3) / 4 * 4;
+    j.chunk_rows = chunk;
+    pool_run(be->pool, (int)((w->n_rows + chunk - 1) / chunk), matmul_task, &j);
+}
+
+/* ---- cheap ops ---- */
+
+void be_embed(const struct weight *w, const int32_t *tokens, int n,
+              float scale, float *x)
+{
+    for (int t = 0; t < n; t++) {
+        float *row = x + (int64_t)t * w->n_cols;
+        dequantize_row(w->type, (const char *)w->data +
+                                    (int64_t)tokens[t] * w->row_bytes,
+                       row, w->n_cols);
+        if (scale != 1.0f)
+            for (int64_t i = 0; i < w->n_cols; i++)
+                row[i] *= scale;
+    }
+}
+
+void be_rmsnorm(float *y, const float *x, const float *weight, int n_groups,
+                int dim, float eps)
+{
+    for (int g = 0; g < n_groups; g++) {
+        const float *xr = x + (int64_t)g * dim;
+        float *yr = y + (int64_t)g * dim;
+        double sum = 0.0;
+        for (int i = 0; i < dim; i++)
+            sum += (double)xr[i] * xr[i];
+        float scale = 1.0f / sqrtf((float)(sum / dim) + eps);
+        for (int i = 0; i < dim; i++)
+            yr[i] = xr[i] * scale * weight[i];
+    }
+}
+
+void be_rope(float *x, int n, int n_heads, int head_dim, int n_rot,
+             const int32_t *pos, float base, enum rope_style style)
+{
+    const float theta_scale = powf(base, -2.0f / (float)n_rot);
+    for (int t = 0; t < n; t++) {
+        for (int h = 0; h < n_heads; h++) {
+            float *v = x + ((int64_t)t * n_heads + h) * head_dim;
+            float theta = (float)pos[t];
+            for (int i = 0; i < n_rot / 2; i++) {
+                float c = cosf(theta), s = sinf(theta);
+                int a = style == ROPE_NORM ? 2 * i : i;
+                int b = style == ROPE_NORM ? 2 * i + 1 : i + n_rot / 2;
+                float x0 = v[a], x1 = v[b];
+                v[a] = x0 * c - x1 * s;
+                v[b] = x0 * s + x1 * c;
+                theta *= theta_scale;
+            }
+        }
+    }
+}
+
+static float gelu_tanh(float x)
+{
+    const float sqrt_2_over_pi = 0.79788456080286535587989211986876f;
+    return 0.5f * x * (1.0f + tanhf(sqrt_2_over_pi * x *
+                                    (1.0f + 0.044715f * x * x)));
+}
+
+void be_gated_act(float *out, const float *gate, const float *up,
+                  int64_t count, bool use_gelu)
+{
+    for (int64_t i = 0; i < count; i++) {
+        float g = gate[i], a;
+        if (!use_gelu) {
+            a = g / (1.0f + expf(-g));
+        } else if (g <= -10.0f) {
+            a = 0.0f;
+        } else if (g >= 10.0f) {
+            a = g;
+        } else {
+            /* ggml looks GELU up in a table indexed by fp16(g) holding
+             * fp16 results; reproduce both roundings. */
+            float gh = fp16_to_f32(f32_to_fp16(g));
+            a = fp16_to_f32(f32_to_fp16(gelu_tanh(gh)));
+        }
+        out[i] = a * up[i];
+    }
+}
+
+void be_add(float *x, const float *y, int64_t count)
+{
+    for (int64_t i = 0; i < count; i++)
+        x[i] += y[i];
+}
+
+/* ---- attention ---- */
+
+struct attention_job {
+    struct backend *be;
+    float *out;
+    const float *q;
+    const struct kv_cache *kv;
+    int il, n, pos0, n_head, group, head_dim, window;
+    float scale;
+};
+
+static float dot_key(const struct kv_cache *kv, const void *k, const float *q,
+                     int off, int d)
+{
+    float sum = 0.0f;
+    if (kv->type == KV_F32) {
+        const float *kf = (const float *)k + off;
+        for (int i = 0; i < d; i++)
+            sum += kf[i] * q[i];
+    } else {
+        const uint16_t *kh = (const uint16_t *)k + off;
+        for (int i = 0; i < d; i++)
+            sum += fp16_to_f32(kh[i]) * q[i];
+    }
+    return sum;
+}
+
+static void add_value(const struct kv_cache *kv, const void *v, float w,
+                      float *acc, int off, int d)
+{
+    if (kv->type == KV_F32) {
+        const float *vf = (const float *)v + off;
+        for (int i = 0; i < d; i++)
+            acc[i] += w * vf[i];
+    } else {
+        const uint16_t *vh = (const uint16_t *)v + off;
+        for (int i = 0; i < d; i++)
+            acc[i] += w * fp16_to_f32(vh[i]);
+    }
+}
+
+/* Task i: query row t = i / n_head, head h = i % n_head. */
+static void attention_task(void *ctx, int i, int thread)
+{
+    const struct attention_job *j = ctx;
+    const int t = i / j->n_head, h = i % j->n_head, d = j->head_dim;
+    const int p = j->pos0 + t;
+    const int lo = j->window > 0 && p - j->window + 1 > 0 ? p - j->window + 1
+                                                          : 0;
+    const int kv_off = (h / j->group) * d;
+    const float *q = j->q + ((int64_t)t * j->n_head + h) * d;
+    float *s = j->be->scores + (size_t)thread * (size_t)j->be->n_ctx;
+    float max = -INFINITY;
+    for (int k = lo; k <= p; k++) {
+        s[k] = dot_key(j->kv, kv_key(j->kv, j->il, k), q, kv_off, d) * j->scale;
+        max = s[k] > max ? s[k] : max;
+    }
+    double sum = 0.0;
+    for (int k = lo; k <= p; k++) {
+        s[k] = expf(s[k] - max);
+        sum += s[k];
+    }
+    float *o = j->out + ((int64_t)t * j->n_head + h) * d;
+    memset(o, 0, (size_t)d * sizeof(float));
+    const float inv = (float)(1.0 / sum);
+    for (int k = lo; k <= p; k++)
+        add_value(j->kv, kv_value(j->kv, j->il, k), s[k] * inv, o, kv_off, d);
+}
+
+void be_attention(struct backend *be, float *out, const float *q,
+                  const struct kv_cache *kv, int il, int n, int pos0,
+                  int n_head, int n_head_kv, int head_dim, int window,
+                  float scale)
+{
+    struct attention_job j = {
+        .be = be, .out = out, .q = q, .kv = kv, .il = il, .n = n,
+        .pos0 = pos0, .n_head = n_head, .group = n_head / n_head_kv,
+        .head_dim = head_dim, .window = window, .scale = scale,
+    };
+    pool_run(be->pool, n * n_head, attention_task, &j);
+}

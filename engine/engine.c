@@ -1,0 +1,314 @@
+/* engine.c — kakeya.h's models, sessions and the plain generation loop,
+ * built from model, tokenizer, forward pass, KV cache and sampler. */
+#include "kakeya.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend.h"
+#include "chat_template.h"
+#include "dtype.h"
+#include "error.h"
+#include "forward.h"
+#include "gguf.h"
+#include "kv.h"
+#include "matmul.h"
+#include "model.h"
+#include "session.h"
+#include "tokenizer.h"
+
+
+/* ---- models ---- */
+
+int kk_model_open(const char *path, struct kk_model **out,
+                  struct kk_error *err)
+{
+    *out = NULL;
+    struct kk_model *km = calloc(1, sizeof *km);
+    if (!km)
+        return kk_fail(err, "out of memory");
+    if (model_load(path, &km->m, err)) {
+        free(km);
+        return -1;
+    }
+    km->chat = (int)chat_template_detect(km->m->chat_template,
+                                         &km->chat_is_fallback);
+    *out = km;
+    return 0;
+}
+
+void kk_model_close(struct kk_model *km)
+{
+    if (!km)
+        return;
+    model_free(km->m);
+    free(km);
+}
+
+static uint64_t count_params(const struct model *m)
+{
+    uint64_t n = 0;
+    for (uint64_t i = 0; i < gguf_n_tensors(m->file); i++) {
+        const struct gguf_tensor *t = gguf_tensor_at(m->file, i);
+        n += t->ne[0] * t->ne[1] * t->ne[2] * t->ne[3];
+    }
+    return n;
+}
+
+void kk_model_get_info(const struct kk_model *km, struct kk_model_info *out)
+{
+    const struct model *m = km->m;
+    const struct model_hparams *hp = &m->hp;
+    memset(out, 0, sizeof *out);
+    out->name = m->name;
+    out->arch = model_arch_name(hp->arch);
+    out->n_vocab = hp->n_vocab;
+    out->n_embd = hp->n_embd;
+    out->n_layer = hp->n_layer;
+    out->n_head = hp->n_head;
+    out->n_head_kv = hp->n_head_kv;
+    out->head_dim = hp->head_dim;
+    out->n_ff = hp->n_ff;
+    out->n_ctx_train = hp->n_ctx_train;
+    out->sliding_window = hp->sliding_window;
+    for (int il = 0; il < hp->n_layer; il++)
+        out->n_sliding_layers += m->layers[il].is_sliding;
+    out->file_bytes = gguf_file_size(m->file);
+    out->weight_bytes = model_weight_bytes(m);
+    out->bytes_per_token = model_bytes_per_token(m);
+    out->n_params = count_params(m);
+    out->chat_template = m->chat_template;
+    out->chat_format = chat_format_name((enum chat_format)km->chat);
+    out->chat_format_is_fallback = km->chat_is_fallback;
+    out->bos = tok_bos(m->tok);
+    out->eos = tok_eos(m->tok);
+    out->add_bos = tok_add_bos(m->tok);
+}
+
+void kk_model_each_tensor(const struct kk_model *km,
+                          void (*fn)(void *ud, const char *name, size_t name_len,
+                                     const char *type, const uint64_t ne[4],
+                                     uint32_t n_dims, uint64_t bytes),
+                          void *ud)
+{
+    const struct gguf *g = km->m->file;
+    for (uint64_t i = 0; i < gguf_n_tensors(g); i++) {
+        const struct gguf_tensor *t = gguf_tensor_at(g, i);
+        const struct kk_dtype_info *info = dtype_info(t->type);
+        fn(ud, t->name.ptr, t->name.len, info ? info->name : "?", t->ne,
+           t->n_dims, t->size);
+    }
+}
+
+/* ---- tokens ---- */
+
+int kk_tokenize(const struct kk_model *km, const char *text, size_t len,
+                bool add_bos, bool parse_special, int32_t *ids, int cap,
+                struct kk_error *err)
+{
+    return tok_encode(km->m->tok, text, len, add_bos, parse_special, ids, cap,
+                      err);
+}
+
+int kk_token_piece(const struct kk_model *km, int32_t id, bool special,
+                   char *buf, int cap)
+{
+    return tok_piece(km->m->tok, id, special, buf, cap);
+}
+
+bool kk_token_is_eog(const struct kk_model *km, int32_t id)
+{
+    return tok_is_eog(km->m->tok, id);
+}
+
+char *kk_chat_render(const struct kk_model *km, const char *const *roles,
+                     const char *const *contents, size_t n,
+                     bool add_generation_prompt)
+{
+    struct chat_message *msgs = calloc(n ? n : 1, sizeof *msgs);
+    if (!msgs)
+        return NULL;
+    for (size_t i = 0; i < n; i++) {
+        msgs[i].role = roles[i];
+        msgs[i].content = contents[i];
+    }
+    char *text = chat_render((enum chat_format)km->chat, msgs, n, add_generation_prompt);
+    free(msgs);
+    return text;
+}
+
+/* ---- sessions ---- */
+
+int kk_session_new(struct kk_model *km, const struct kk_session_params *p,
+                   struct kk_session **out, struct kk_error *err)
+{
+    *out = NULL;
+    const struct model_hparams *hp = &km->m->hp;
+    struct kk_session *s = calloc(1, sizeof *s);
+    if (!s)
+        return kk_fail(err, "out of memory");
+    s->model = km;
+    s->n_ctx = p && p->n_ctx > 0 ? p->n_ctx
+               : hp->n_ctx_train < 4096 ? hp->n_ctx_train : 4096;
+    /* A verify step needs 1 + 16 rows of logits in one batch. */
+    s->max_batch = p && p->max_batch > 0 ? p->max_batch : 256;
+    s->max_batch = s->max_batch < 17 ? 17 : s->max_batch;
+    if (s->max_batch > s->n_ctx)
+        s->max_batch = s->n_ctx;
+    enum kv_type kvt = p && p->kv_type == KK_KV_F16 ? KV_F16 : KV_F32;
+    s->tokens = malloc(sizeof(int32_t) * (size_t)s->n_ctx);
+    if (!s->tokens || backend_new(p ? p->n_threads : 0, &s->be, err) ||
+        kv_new(hp->n_layer, s->n_ctx, hp->n_head_kv * hp->head_dim, kvt,
+               &s->kv, err) ||
+        forward_new(km->m, s->be, s->max_batch, s->n_ctx, &s->fwd, err)) {
+        if (!s->tokens)
+            kk_fail(err, "out of memory");
+        kk_session_free(s);
+        return -1;
+    }
+    *out = s;
+    return 0;
+}
+
+void kk_session_free(struct kk_session *s)
+{
+    if (!s)
+        return;
+    forward_free(s->fwd);
+    kv_free(s->kv);
+    backend_free(s->be);
+    free(s->tokens);
+    free(s);
+}
+
+int kk_session_n_ctx(const struct kk_session *s)
+{
+    return s->n_ctx;
+}
+
+int kk_session_n_tokens(const struct kk_session *s)
+{
+    return s->n_tokens;
+}
+
+const int32_t *kk_session_tokens(const struct kk_session *s, int *n)
+{
+    *n = s->n_tokens;
+    return s->tokens;
+}
+
+void kk_session_trim(struct kk_session *s, int n)
+{
+    if (n < 0)
+        n = 0;
+    if (n < s->n_tokens)
+        s->n_tokens = n;
+    kv_trim(s->kv, n);
+    s->logits_rows = 0;
+}
+
+int session_push(struct kk_session *s, const int32_t *ids, int n,
+                 struct kk_error *err)
+{
+    if (n > s->n_ctx - s->n_tokens)
+        return kk_fail(err, "the input needs %d tokens but only %d of the "
+                            "context's %d are free; shorten it or raise --ctx",
+                       n, s->n_ctx - s->n_tokens, s->n_ctx);
+    const int32_t n_vocab = s->model->m->hp.n_vocab;
+    for (int i = 0; i < n; i++)
+        if (ids[i] < 0 || ids[i] >= n_vocab)
+            return kk_fail(err, "token id %d is outside the vocabulary "
+                                "(0..%d)", ids[i], n_vocab - 1);
+    if (n > 0)
+        memcpy(s->tokens + s->n_tokens, ids, sizeof(int32_t) * (size_t)n);
+    s->n_tokens += n;
+    return 0;
+}
+
+int session_append_eval(struct kk_session *s, const int32_t *ids, int n,
+                        int n_logits,
+                        void (*progress)(void *ud, int done, int total),
+                        void *ud, struct kk_error *err)
+{
+    int n_before = s->n_tokens;
+    if (session_push(s, ids, n, err))
+        return -1;
+    int start = s->kv->n_tokens, total = s->n_tokens - start;
+    if (total <= 0 || n_logits < 1 || n_logits > total ||
+        n_logits > s->max_batch) {
+        s->n_tokens = n_before;
+        return kk_fail(err, total <= 0 ? "nothing to evaluate"
+                            : "internal: %d logits rows asked of %d tokens",
+                       n_logits, total);
+    }
+    for (int done = 0; done < total;) {
+        int left = total - done;
+        /* The last batch must hold every row whose logits are wanted. */
+        int b = left < s->max_batch ? left : s->max_batch;
+        if (left > b && left - b < n_logits)
+            b = left - n_logits;
+        int from = left == b ? b - n_logits : b;
+        if (forward_run(s->fwd, s->kv, s->tokens + start + done, b, from,
+                        err)) {
+            kv_trim(s->kv, start);
+            s->n_tokens = n_before;
+            return -1;
+        }
+        done += b;
+        if (progress && total > s->max_batch)
+            progress(ud, done, total);
+        s->logits_rows = b - from;
+    }
+    return 0;
+}
+
+const float *session_logits(const struct kk_session *s, int row)
+{
+    if (row < 0 || row >= s->logits_rows)
+        return NULL;
+    return forward_logits(s->fwd) + (size_t)row * s->model->m->hp.n_vocab;
+}
+
+int kk_session_eval(struct kk_session *s, const int32_t *ids, int n,
+                    bool all_logits,
+                    void (*progress)(void *ud, int done, int total), void *ud,
+                    struct kk_error *err)
+{
+    if (n <= 0)
+        return kk_fail(err, "nothing to evaluate");
+    if (all_logits && n > s->max_batch)
+        return kk_fail(err, "all logits of %d tokens requested; at most %d "
+                            "fit in one batch", n, s->max_batch);
+    return session_append_eval(s, ids, n, all_logits ? n : 1, progress, ud,
+                               err);
+}
+
+const float *kk_session_logits(const struct kk_session *s, int row)
+{
+    return session_logits(s, row);
+}
+
+int kk_check_draft(const struct kk_model *target, const struct kk_model *draft,
+                   struct kk_error *err)
+{
+    const struct tokenizer *a = target->m->tok, *b = draft->m->tok;
+    if (tok_n_vocab(a) != tok_n_vocab(b))
+        return kk_fail(err, "the draft model's vocabulary has %d tokens and "
+                            "the target's %d: a draft must share the target's "
+                            "tokenizer", tok_n_vocab(b), tok_n_vocab(a));
+    for (int32_t id = 0; id < tok_n_vocab(a); id++)
+        if (strcmp(tok_text(a, id), tok_text(b, id)))
+            return kk_fail(err, "the draft model's token %d is '%.40s' but "
+                                "the target's is '%.40s': a draft must share "
+                                "the target's tokenizer", id, tok_text(b, id),
+                           tok_text(a, id));
+    if (tok_bos(a) != tok_bos(b) || tok_eos(a) != tok_eos(b))
+        return kk_fail(err, "the draft and target models use different "
+                            "BOS/EOS tokens");
+    return 0;
+}
+
+const char *kk_cpu_kernels(void)
+{
+    return matmul_kernel_name();
+}

@@ -1,0 +1,38 @@
+/* forward.h — one transformer pass over a batch of tokens.
+ *
+ * forward_run() appends n tokens to the KV cache at positions
+ * kv->n_tokens .. kv->n_tokens + n - 1 and computes logits for the batch rows
+ * [logits_from, n). The pass itself (forward.c) reads top to bottom, from
+ * embedding to logits, one backend op per line.
+ *
+ * A struct forward holds the activation buffers for batches of up to
+ * max_batch tokens (larger inputs are split by the caller, see
+ * forward_run_chunked); it is allocated once per context and reused, so a
+ * pass allocates nothing. It belongs to one engine thread. */
+#ifndef KK_FORWARD_H
+#define KK_FORWARD_H
+
+#include <stdint.h>
+
+#include "kakeya_error.h"
+
+struct model;
+struct kv_cache;
+struct backend;
+struct forward;
+
+int forward_new(const struct model *m, struct backend *be, int max_batch,
+                int n_ctx, struct forward **out, struct kk_error *err);
+void forward_free(struct forward *f);
+int forward_max_batch(const struct forward *f);
+
+/* Runs n (1..max_batch) tokens. On success the logits of row
+ * logits_from + i are at forward_logits(f) + i * n_vocab. Fails (with the
+ * cache unchanged) when the context is full or a token id is out of range. */
+int forward_run(struct forward *f, struct kv_cache *kv, const int32_t *tokens,
+                int n, int logits_from, struct kk_error *err);
+
+/* The logits of the last forward_run (owned by f, valid until the next). */
+const float *forward_logits(const struct forward *f);
+
+#endif

@@ -1,0 +1,211 @@
+/* kakeya.h — the engine's public API: models, sessions, generation.
+ *
+ * A kk_model is a GGUF file opened read-only (weights stay mapped); it can
+ * serve several sessions. A kk_session is one conversation's state: a KV
+ * cache, activation buffers and a thread pool; it belongs to the thread that
+ * calls it (the engine thread), and nothing in it is shared.
+ *
+ *   kk_model_open -> kk_session_new -> kk_tokenize -> kk_generate
+ *                                                  -> kk_session_free
+ *                                                  -> kk_model_close
+ *
+ * Every function that can fail returns 0 (or a count) on success and -1 on
+ * failure, filling struct kk_error with a message for the user. Everything
+ * that is opened or created has a matching close/free that accepts NULL. */
+#ifndef KAKEYA_H
+#define KAKEYA_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "kakeya_error.h"
+
+struct kk_model;
+struct kk_session;
+
+/* ---- models ---- */
+
+struct kk_model_info {
+    const char *name;
+    const char *arch;          /* "llama", "qwen2", "qwen3", "gemma3" */
+    int32_t n_vocab, n_embd, n_layer, n_head, n_head_kv, head_dim, n_ff;
+    int32_t n_ctx_train;
+    int32_t sliding_window;    /* 0: no sliding layers */
+    int32_t n_sliding_layers;
+    uint64_t file_bytes;
+    uint64_t weight_bytes;
+    uint64_t bytes_per_token;  /* weight bytes one decoded token reads */
+    uint64_t n_params;
+    const char *chat_template; /* the Jinja source, or NULL */
+    const char *chat_format;   /* the family kakeya renders, e.g. "chatml" */
+    bool chat_format_is_fallback;
+    int32_t bos, eos;          /* -1 when absent */
+    bool add_bos;
+};
+
+int kk_model_open(const char *path, struct kk_model **out,
+                  struct kk_error *err);
+void kk_model_close(struct kk_model *m);
+void kk_model_get_info(const struct kk_model *m, struct kk_model_info *out);
+
+/* Counts of tensors per type name, for `kakeya info`: calls fn for each
+ * tensor in file order. */
+void kk_model_each_tensor(const struct kk_model *m,
+                          void (*fn)(void *ud, const char *name, size_t name_len,
+                                     const char *type, const uint64_t ne[4],
+                                     uint32_t n_dims, uint64_t bytes),
+                          void *ud);
+
+/* ---- tokens ---- */
+
+/* See engine/tokenizer.h: returns the id count (may exceed cap) or -1. */
+int kk_tokenize(const struct kk_model *m, const char *text, size_t len,
+                bool add_bos, bool parse_special, int32_t *ids, int cap,
+                struct kk_error *err);
+/* Bytes of one token; special=true renders control tokens as text. */
+int kk_token_piece(const struct kk_model *m, int32_t id, bool special,
+                   char *buf, int cap);
+bool kk_token_is_eog(const struct kk_model *m, int32_t id);
+
+/* Renders a conversation with the model's chat template (a malloc'd string
+ * the caller frees, or NULL when out of memory). roles[i] is "system",
+ * "user" or "assistant". */
+char *kk_chat_render(const struct kk_model *m, const char *const *roles,
+                     const char *const *contents, size_t n,
+                     bool add_generation_prompt);
+
+/* ---- sessions ---- */
+
+enum kk_kv_type { KK_KV_F32, KK_KV_F16 };
+
+struct kk_session_params {
+    int n_ctx;        /* 0: min(model's training context, 4096) */
+    int n_threads;    /* 0: all cores */
+    int max_batch;    /* 0: 256 (at least 17); prompts are split into
+                         batches this big */
+    enum kk_kv_type kv_type;
+};
+
+int kk_session_new(struct kk_model *m, const struct kk_session_params *p,
+                   struct kk_session **out, struct kk_error *err);
+void kk_session_free(struct kk_session *s);
+int kk_session_n_ctx(const struct kk_session *s);
+int kk_session_n_tokens(const struct kk_session *s);
+/* Forgets every token after the first n. */
+void kk_session_trim(struct kk_session *s, int n);
+
+/* Appends n tokens and computes logits: for the last token only, or, with
+ * all_logits, for every one of them (then n must be at most max_batch).
+ * progress(ud, done, total) is called between batches of a long input (may
+ * be NULL). */
+int kk_session_eval(struct kk_session *s, const int32_t *ids, int n,
+                    bool all_logits,
+                    void (*progress)(void *ud, int done, int total), void *ud,
+                    struct kk_error *err);
+/* Logits row i of the last eval (0 = the only row unless all_logits). */
+const float *kk_session_logits(const struct kk_session *s, int row);
+
+/* ---- sampling and generation ---- */
+
+struct kk_sampling {
+    float temperature;  /* <= 0: greedy (argmax, ties to the lowest id) */
+    float top_p;        /* 1: off */
+    uint64_t seed;
+};
+
+/* Draws a token from logits (n_vocab values); *rng is the generator state,
+ * advanced in place (seed it with kk_rng_seed). */
+uint64_t kk_rng_seed(uint64_t seed);
+int32_t kk_sample(const struct kk_sampling *p, uint64_t *rng,
+                  const float *logits, int32_t n_vocab, float *scratch);
+
+/* Who proposes draft tokens for the target to verify in one batch. */
+enum kk_spec_mode {
+    KK_SPEC_OFF,    /* plain decoding: one target forward per token */
+    KK_SPEC_NGRAM,  /* continue the longest recent match inside the context */
+    KK_SPEC_DRAFT,  /* a small draft model with the same vocabulary */
+    KK_SPEC_AUTO,   /* n-gram when it has a confident match, else draft */
+};
+
+enum kk_proposer { KK_PROPOSER_TARGET, KK_PROPOSER_NGRAM, KK_PROPOSER_DRAFT };
+
+struct kk_generate_params {
+    int n_predict;          /* maximum new tokens */
+    struct kk_sampling sampling;
+    bool stop_at_eog;       /* stop after an end-of-generation token */
+    bool render_special;    /* control tokens appear as text in `text` */
+    enum kk_spec_mode spec;
+    struct kk_session *draft; /* the draft model's session (DRAFT, AUTO) */
+    int block;              /* draft block length L; 0: adaptive */
+    int max_block;          /* upper bound for adaptive L; 0: 16 */
+    /* Set from any thread to stop at the next step boundary; may be NULL. */
+    const _Atomic(bool) *stop;
+};
+
+enum { KK_STATS_RECENT = 64 };
+
+/* A snapshot of one generation's statistics, copied out to the UI. */
+struct kk_stats {
+    int n_prompt;
+    int n_generated;        /* committed tokens */
+    int n_steps;            /* target forwards in the decode phase */
+    int n_proposed;         /* draft tokens offered for verification */
+    int n_accepted;         /* of those, accepted */
+    int accepted_by[3];     /* committed tokens by enum kk_proposer (the
+                               target's own tokens: bonus and corrections) */
+    double tau;             /* committed tokens per target step */
+    double acceptance_rate; /* n_accepted / n_proposed */
+    double prefill_seconds, decode_seconds;
+    double draft_seconds, verify_seconds;
+    double prefill_tok_per_s, decode_tok_per_s;
+    int block;              /* the last block length L */
+    uint8_t recent[KK_STATS_RECENT]; /* tokens committed by recent steps */
+    int n_recent;
+    int n_ctx, n_tokens;    /* context size and tokens in it */
+    uint64_t kv_resident_bytes, kv_full_bytes;
+    double kv_saved;        /* 1 - resident / full */
+    bool stopped_by_request;
+    bool stopped_at_eog;
+};
+
+/* Called for each committed token with its id, the text it completes (may
+ * be "" while a UTF-8 character is incomplete) and the statistics after the
+ * step that committed it. Return false to stop. id is -1 for a final flush
+ * of held bytes. */
+typedef bool (*kk_token_fn)(void *ud, int32_t id, const char *text,
+                            const struct kk_stats *stats);
+
+/* Evaluates the prompt (appended to what the session holds) and generates
+ * up to n_predict tokens, speculatively when p->spec says so. With greedy
+ * sampling the output is token for token the plain greedy output; with
+ * temperature, rejection sampling keeps the target's distribution. When it
+ * returns, the session's cache holds exactly the committed tokens (the
+ * prompt and everything generated, the last token included). */
+int kk_generate(struct kk_session *s, const int32_t *prompt, int n_prompt,
+                const struct kk_generate_params *p, kk_token_fn on_token,
+                void *ud, struct kk_stats *stats, struct kk_error *err);
+
+/* The token ids the session's cache holds (owned by the session). */
+const int32_t *kk_session_tokens(const struct kk_session *s, int *n);
+
+/* Checks that a draft model can serve a target: same vocabulary, token by
+ * token. */
+int kk_check_draft(const struct kk_model *target, const struct kk_model *draft,
+                   struct kk_error *err);
+
+/* ---- synthetic models (benchmarks, tests) ---- */
+
+/* Writes a random-weight GGUF with the exact shape of a real model
+ * ("smollm2-135m", "qwen2.5-0.5b", ...; see kk_model_shape_name) in type
+ * "F32", "F16", "Q8_0" or "Q4_0". The vocabulary is synthetic, or copied
+ * from the GGUF at vocab_from (may be NULL). */
+int kk_make_model(const char *shape, const char *type, const char *vocab_from,
+                  const char *path, uint64_t seed, struct kk_error *err);
+/* Name of shape i, or NULL past the last. */
+const char *kk_model_shape_name(int i);
+
+/* Which matmul kernels this CPU runs ("avx512-vnni", "avx2", ...). */
+const char *kk_cpu_kernels(void);
+
+#endif

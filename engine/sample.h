@@ -1,0 +1,28 @@
+/* sample.h — distributions to sample from (internal; kk_sample in
+ * kakeya.h is the public entry point).
+ *
+ * Speculative sampling needs the distributions themselves, not only a draw:
+ * the verifier compares the target's p with the proposer's q token by token.
+ * Both are made here the same way: softmax at the temperature, then the
+ * top-p nucleus, renormalised. */
+#ifndef KK_SAMPLE_H
+#define KK_SAMPLE_H
+
+#include <stdint.h>
+
+#include "kakeya.h"
+
+/* probs[i] = the probability of token i under p (0 outside the nucleus).
+ * order is scratch for n ints. Needs p->temperature > 0. */
+void sample_probs(const struct kk_sampling *p, const float *logits, int32_t n,
+                  float *probs, int32_t *order);
+
+/* Draws from probs (non-negative, any positive total). */
+int32_t sample_from(const float *probs, int32_t n, uint64_t *rng);
+
+/* Uniform in [0, 1). */
+double sample_uniform(uint64_t *rng);
+
+int32_t sample_argmax(const float *logits, int32_t n);
+
+#endif

@@ -1,0 +1,118 @@
+/* testutil.c — see testutil.h. */
+#include "testutil.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+const char *testutil_shared_dir(void)
+{
+    const char *dir = getenv("KK_SHARED");
+    if (!dir || !*dir)
+        dir = "../shared";
+    struct stat st;
+    if (stat(dir, &st) != 0 || !S_ISDIR(st.st_mode)) {
+        fprintf(stderr,
+                "\n*** SKIP: shared data folder '%s' not found — golden "
+                "tests are NOT being run (set KK_SHARED) ***\n\n", dir);
+        return NULL;
+    }
+    return dir;
+}
+
+const char *testutil_shared_path(const char *rel)
+{
+    static char buf[4096];
+    const char *dir = testutil_shared_dir();
+    if (!dir)
+        return NULL;
+    snprintf(buf, sizeof buf, "%s/%s", dir, rel);
+    return buf;
+}
+
+char *testutil_read_file(const char *path, size_t *len)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        return NULL;
+    char *buf = NULL;
+    size_t n = 0, cap = 0;
+    for (;;) {
+        if (n + 65536 + 1 > cap) {
+            cap = (n + 65536 + 1) * 2;
+            char *nb = realloc(buf, cap);
+            if (!nb) {
+                free(buf);
+                fclose(f);
+                return NULL;
+            }
+            buf = nb;
+        }
+        size_t got = fread(buf + n, 1, cap - n - 1, f);
+        n += got;
+        if (got == 0)
+            break;
+    }
+    fclose(f);
+    buf[n] = 0;
+    if (len)
+        *len = n;
+    return buf;
+}
+
+cJSON *testutil_read_json(const char *path)
+{
+    size_t len;
+    char *text = testutil_read_file(path, &len);
+    if (!text)
+        return NULL;
+    cJSON *j = cJSON_ParseWithLength(text, len);
+    free(text);
+    return j;
+}
+
+static int hexval(char c)
+{
+    if (c >= '0' && c <= '9')
+        return c - '0';
+    if (c >= 'a' && c <= 'f')
+        return c - 'a' + 10;
+    if (c >= 'A' && c <= 'F')
+        return c - 'A' + 10;
+    return -1;
+}
+
+unsigned char *testutil_unhex(const char *hex, size_t *len)
+{
+    size_t n = strlen(hex);
+    if (n % 2)
+        return NULL;
+    unsigned char *out = malloc(n / 2 + 1);
+    if (!out)
+        return NULL;
+    for (size_t i = 0; i < n / 2; i++) {
+        int hi = hexval(hex[2 * i]), lo = hexval(hex[2 * i + 1]);
+        if (hi < 0 || lo < 0) {
+            free(out);
+            return NULL;
+        }
+        out[i] = (unsigned char)(hi << 4 | lo);
+    }
+    out[n / 2] = 0;
+    *len = n / 2;
+    return out;
+}
+
+const char *testutil_tmp_path(const char *stem)
+{
+    static char buf[4096];
+    static unsigned counter;
+    const char *dir = getenv("TMPDIR");
+    if (!dir || !*dir)
+        dir = "/tmp";
+    snprintf(buf, sizeof buf, "%s/kakeya-test-%d-%u-%s", dir, (int)getpid(),
+             counter++, stem);
+    return buf;
+}

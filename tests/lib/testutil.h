@@ -1,0 +1,33 @@
+/* testutil.h — what the test programs share: finding ../shared, reading
+ * files and JSON, hex strings. Tests that need the golden data call
+ * testutil_shared_dir(); when the folder is absent they skip loudly. */
+#ifndef KK_TESTUTIL_H
+#define KK_TESTUTIL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include <cJSON.h>
+
+/* The shared data folder ($KK_SHARED, default "../shared"), or NULL after
+ * printing a loud SKIP line when it does not exist. */
+const char *testutil_shared_dir(void);
+
+/* "<shared>/<rel>" in a static buffer (valid until the next call), or NULL
+ * when the shared folder is absent. */
+const char *testutil_shared_path(const char *rel);
+
+/* Whole file into a malloc'd buffer (NUL-terminated; *len without the NUL).
+ * NULL if it cannot be read. */
+char *testutil_read_file(const char *path, size_t *len);
+
+/* Parses a JSON file; NULL on failure. Free with cJSON_Delete. */
+cJSON *testutil_read_json(const char *path);
+
+/* Decodes lowercase/uppercase hex into a malloc'd buffer; NULL on bad hex. */
+unsigned char *testutil_unhex(const char *hex, size_t *len);
+
+/* Path of a fresh temporary file name under $TMPDIR (static buffer). */
+const char *testutil_tmp_path(const char *stem);
+
+#endif
