@@ -73,10 +73,19 @@ $(BUILD)/tests/%: tests/%.c $(TESTLIB_OBJ) $(APPLIB) $(LIB)
 	    -lcmocka $(shell pkg-config --libs $(PKGS)) $(LDLIBS)
 
 # Tests run from the repository root; they find the golden data in $(SHARED).
-test: test-plain test-asan fuzz-smoke
+# The stages run one after the other; each adds its counts to
+# build/test-summary and the last line is the total.
+SUMMARY := $(CURDIR)/build/test-summary
+test:
+	@mkdir -p build && rm -f $(SUMMARY)
+	$(MAKE) test-plain
+	$(MAKE) fuzz-smoke
+	$(MAKE) test-asan
+	@awk '{p += $$1; f += $$3} END {printf "total: %d passed, %d failed\n", p, f; exit f > 0}' $(SUMMARY)
 
 test-plain: $(TEST_BIN) $(APP)
-	KK_SHARED=$(SHARED) KK_BIN=$(APP) tests/run-tests.sh $(TEST_BIN)
+	KK_SHARED=$(SHARED) KK_BIN=$(APP) KK_SUMMARY=$(SUMMARY) \
+	    tests/run-tests.sh $(TEST_BIN)
 
 test-asan:
 	$(MAKE) BUILD=build/asan CFLAGS="-O1 -g -fno-omit-frame-pointer" \

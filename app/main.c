@@ -2,10 +2,13 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "chat.h"
 #include "commands.h"
 
 static const char usage[] =
-    "usage: kakeya COMMAND [options]\n"
+    "usage: kakeya [--model F] [--draft F] [--db F] [--doc FILE] [--threads N]\n"
+    "              [--ctx N] [--n-predict N]     the interactive chat\n"
+    "       kakeya COMMAND [options]\n"
     "\n"
     "  run       -m MODEL.gguf -p PROMPT [-n N] [--greedy | --temp T --top-p P\n"
     "            --seed S] [--threads N] [--ctx N] [--chat] [--special] [--ids]\n"
@@ -32,11 +35,15 @@ int main(int argc, char **argv)
         {"tokenize", cmd_tokenize}, {"mkmodel", cmd_mkmodel},
         {"bench", cmd_bench},     {"list", cmd_list},
         {"export", cmd_export},   {"import", cmd_import},
-        {"search", cmd_search},
+        {"search", cmd_search},   {"uibench", chat_uibench},
     };
-    if (argc < 2 || !strcmp(argv[1], "--help") || !strcmp(argv[1], "-h")) {
-        fputs(usage, argc < 2 ? stderr : stdout);
-        return argc < 2 ? 2 : 0;
+    /* No subcommand (or only options): the interactive chat. */
+    if (argc < 2 || (argv[1][0] == '-' && strcmp(argv[1], "--help") &&
+                     strcmp(argv[1], "-h")))
+        return chat_main(argc - 1, argv + 1);
+    if (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h")) {
+        fputs(usage, stdout);
+        return 0;
     }
     for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
         if (!strcmp(argv[1], commands[i].name))

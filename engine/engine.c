@@ -9,6 +9,7 @@
 #include "chat_template.h"
 #include "dtype.h"
 #include "error.h"
+#include "fingerprint.h"
 #include "forward.h"
 #include "gguf.h"
 #include "kv.h"
@@ -33,6 +34,10 @@ int kk_model_open(const char *path, struct kk_model **out,
     }
     km->chat = (int)chat_template_detect(km->m->chat_template,
                                          &km->chat_is_fallback);
+    if (gguf_fingerprint(km->m->file, km->fingerprint)) {
+        kk_model_close(km);
+        return kk_fail(err, "out of memory");
+    }
     *out = km;
     return 0;
 }
@@ -139,6 +144,30 @@ char *kk_chat_render(const struct kk_model *km, const char *const *roles,
 
 /* ---- sessions ---- */
 
+static int new_kv(const struct model *m, const struct kk_session_params *p,
+                  int n_ctx, int max_batch, struct kv_cache **out,
+                  struct kk_error *err)
+{
+    const struct model_hparams *hp = &m->hp;
+    int *windows = calloc((size_t)hp->n_layer, sizeof(int));
+    if (!windows)
+        return kk_fail(err, "out of memory");
+    for (int il = 0; il < hp->n_layer; il++)
+        windows[il] = m->layers[il].is_sliding ? hp->sliding_window : 0;
+    static const enum kv_type types[] = {KV_F16, KV_F32, KV_Q8_0};
+    struct kv_config c = {
+        .n_layer = hp->n_layer, .n_ctx = n_ctx, .n_head_kv = hp->n_head_kv,
+        .head_dim = hp->head_dim,
+        .type = p && p->kv_type <= KK_KV_Q8_0 ? types[p->kv_type] : KV_F16,
+        .max_batch = max_batch, .sliding_window = windows,
+        .use_full_sliding = p && p->kv_full_sliding,
+        .sink_window = p ? p->kv_window : 0, .n_sink = p ? p->kv_sinks : 0,
+    };
+    int rc = kv_new(&c, out, err);
+    free(windows);
+    return rc;
+}
+
 int kk_session_new(struct kk_model *km, const struct kk_session_params *p,
                    struct kk_session **out, struct kk_error *err)
 {
@@ -155,11 +184,9 @@ int kk_session_new(struct kk_model *km, const struct kk_session_params *p,
     s->max_batch = s->max_batch < 17 ? 17 : s->max_batch;
     if (s->max_batch > s->n_ctx)
         s->max_batch = s->n_ctx;
-    enum kv_type kvt = p && p->kv_type == KK_KV_F16 ? KV_F16 : KV_F32;
     s->tokens = malloc(sizeof(int32_t) * (size_t)s->n_ctx);
     if (!s->tokens || backend_new(p ? p->n_threads : 0, &s->be, err) ||
-        kv_new(hp->n_layer, s->n_ctx, hp->n_head_kv * hp->head_dim, kvt,
-               &s->kv, err) ||
+        new_kv(km->m, p, s->n_ctx, s->max_batch, &s->kv, err) ||
         forward_new(km->m, s->be, s->max_batch, s->n_ctx, &s->fwd, err)) {
         if (!s->tokens)
             kk_fail(err, "out of memory");
@@ -203,6 +230,8 @@ void kk_session_trim(struct kk_session *s, int n)
         n = 0;
     if (n < s->n_tokens)
         s->n_tokens = n;
+    /* When ring layers cannot resume at n, kv_trim keeps less and the next
+     * evaluation recomputes the rest from the history. */
     kv_trim(s->kv, n);
     s->logits_rows = 0;
 }
@@ -286,6 +315,52 @@ int kk_session_eval(struct kk_session *s, const int32_t *ids, int n,
 const float *kk_session_logits(const struct kk_session *s, int row)
 {
     return session_logits(s, row);
+}
+
+void kk_session_kv_info(const struct kk_session *s, struct kk_kv_info *out)
+{
+    const struct kv_cache *kv = s->kv;
+    memset(out, 0, sizeof *out);
+    out->resident_bytes = kv_resident_bytes(kv);
+    out->full_f16_bytes = kv_full_f16_bytes(kv);
+    out->saved = out->full_f16_bytes
+                     ? 1.0 - (double)out->resident_bytes /
+                                 (double)out->full_f16_bytes
+                     : 0.0;
+    out->is_lossy = kv_is_lossy(kv);
+    out->type = kv_type_name(kv->type);
+    for (int il = 0; il < kv->n_layer; il++) {
+        enum kv_policy pol = kv->layers[il].policy;
+        out->n_ring_layers += pol == KV_RING;
+        out->n_sink_layers += pol == KV_SINK_WINDOW;
+        out->n_full_layers += pol == KV_FULL;
+    }
+}
+
+const char *kk_model_fingerprint(const struct kk_model *m)
+{
+    return m->fingerprint;
+}
+
+/* Checkpoints hold the whole history and the cache; a pending last token
+ * (committed, not yet evaluated) is evaluated by the next step as usual. */
+void *kk_session_save(const struct kk_session *s, size_t *size)
+{
+    return kv_serialize(s->kv, s->tokens, s->n_tokens, s->model->fingerprint,
+                        size);
+}
+
+int kk_session_restore(struct kk_session *s, const void *blob, size_t size,
+                       struct kk_error *err)
+{
+    s->n_tokens = 0;
+    s->logits_rows = 0;
+    int n = kv_restore(s->kv, blob, size, s->model->fingerprint, s->tokens,
+                       err);
+    if (n < 0)
+        return -1;
+    s->n_tokens = n;
+    return 0;
 }
 
 int kk_check_draft(const struct kk_model *target, const struct kk_model *draft,

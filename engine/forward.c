@@ -126,12 +126,11 @@ static void attention_block(struct forward *f, struct kv_cache *kv, int il,
     be_rope(f->q, n, hp->n_head, hd, hp->n_rot, f->pos, L->rope_base, hp->rope);
     be_rope(f->k, n, hp->n_head_kv, hd, hp->n_rot, f->pos, L->rope_base,
             hp->rope);
-    for (int t = 0; t < n; t++)
-        kv_store(kv, il, pos0 + t, f->k + (int64_t)t * kv_dim,
-                 f->v + (int64_t)t * kv_dim);
+    kv_stage(kv, il, pos0, n, f->k, f->v);
     be_attention(f->be, f->att, f->q, kv, il, n, pos0, hp->n_head,
                  hp->n_head_kv, hd, L->is_sliding ? hp->sliding_window : 0,
                  hp->attn_scale);
+    kv_commit(kv);
     be_matmul(f->be, &L->wo, f->att, n, f->o);
     if (L->post_attn_norm)
         be_rmsnorm(f->o, f->o, L->post_attn_norm, n, hp->n_embd, hp->rms_eps);

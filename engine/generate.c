@@ -162,15 +162,13 @@ static int32_t target_token(struct generation *g, const float *logits)
 
 static void snapshot_kv(struct generation *g)
 {
-    const struct kv_cache *kv = g->s->kv;
+    struct kk_kv_info info;
+    kk_session_kv_info(g->s, &info);
     g->st.n_ctx = g->s->n_ctx;
     g->st.n_tokens = g->s->n_tokens;
-    g->st.kv_resident_bytes = kv_resident_bytes(kv);
-    g->st.kv_full_bytes = kv_full_f16_bytes(kv);
-    g->st.kv_saved = g->st.kv_full_bytes
-                         ? 1.0 - (double)g->st.kv_resident_bytes /
-                                     (double)g->st.kv_full_bytes
-                         : 0.0;
+    g->st.kv_resident_bytes = info.resident_bytes;
+    g->st.kv_full_bytes = info.full_f16_bytes;
+    g->st.kv_saved = info.saved;
 }
 
 /* Reports one committed token; false when generation must end after it. */

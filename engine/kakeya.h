@@ -77,14 +77,21 @@ char *kk_chat_render(const struct kk_model *m, const char *const *roles,
 
 /* ---- sessions ---- */
 
-enum kk_kv_type { KK_KV_F32, KK_KV_F16 };
+enum kk_kv_type { KK_KV_F16, KK_KV_F32, KK_KV_Q8_0 };
 
 struct kk_session_params {
     int n_ctx;        /* 0: min(model's training context, 4096) */
     int n_threads;    /* 0: all cores */
     int max_batch;    /* 0: 256 (at least 17); prompts are split into
                          batches this big */
-    enum kk_kv_type kv_type;
+    enum kk_kv_type kv_type;   /* default f16 */
+    /* Sliding-window layers keep a ring of window + max_batch positions
+     * (exact); set this to keep every position instead. */
+    bool kv_full_sliding;
+    /* Opt-in, LOSSY, for models without sliding layers: global layers keep
+     * only the first kv_sinks positions and the last kv_window (0: off). */
+    int kv_window;
+    int kv_sinks;
 };
 
 int kk_session_new(struct kk_model *m, const struct kk_session_params *p,
@@ -92,8 +99,31 @@ int kk_session_new(struct kk_model *m, const struct kk_session_params *p,
 void kk_session_free(struct kk_session *s);
 int kk_session_n_ctx(const struct kk_session *s);
 int kk_session_n_tokens(const struct kk_session *s);
-/* Forgets every token after the first n. */
+/* Forgets every token after the first n. (If ring layers no longer hold
+ * what continuing from n needs, the kept tokens are recomputed lazily by the
+ * next evaluation.) */
 void kk_session_trim(struct kk_session *s, int n);
+
+/* KV-cache accounting: bytes held, what an f16 cache keeping every position
+ * of every layer would hold, and whether a lossy policy is on. */
+struct kk_kv_info {
+    uint64_t resident_bytes, full_f16_bytes;
+    double saved;            /* 1 - resident / full */
+    bool is_lossy;
+    const char *type;        /* "f16", "f32", "q8_0" */
+    int n_ring_layers, n_sink_layers, n_full_layers;
+};
+void kk_session_kv_info(const struct kk_session *s, struct kk_kv_info *out);
+
+/* Checkpoints: the session's state (tokens and KV cache) as bytes, and
+ * back. The blob carries a fingerprint of the model file, so restoring into
+ * a session of other model files (or another cache configuration) is
+ * refused with a message. kk_session_save returns a malloc'd buffer. */
+void *kk_session_save(const struct kk_session *s, size_t *size);
+int kk_session_restore(struct kk_session *s, const void *blob, size_t size,
+                       struct kk_error *err);
+/* The model file's fingerprint (64 hex digits), as checkpoints store it. */
+const char *kk_model_fingerprint(const struct kk_model *m);
 
 /* Appends n tokens and computes logits: for the last token only, or, with
  * all_logits, for every one of them (then n must be at most max_batch).

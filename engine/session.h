@@ -23,6 +23,7 @@ struct kk_model {
     struct model *m;
     int chat;                 /* enum chat_format */
     bool chat_is_fallback;
+    char fingerprint[65];     /* of the model file, for checkpoints */
 };
 
 struct kk_session {

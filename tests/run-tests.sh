@@ -16,4 +16,5 @@ for t in "$@"; do
     fi
 done
 echo "$passed passed, $failed failed"
+[ -n "${KK_SUMMARY:-}" ] && echo "$passed passed, $failed failed" >> "$KK_SUMMARY"
 [ $failed -eq 0 ]

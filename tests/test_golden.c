@@ -9,7 +9,8 @@
  *     except after a step whose top-2 gap is within tolerance (a tie that
  *     legitimately goes either way, see the golden README §4);
  *   - the full-vocabulary rows of the "plain" prompt match.
- * Tolerances are those the golden README suggests per weight type. */
+ * Tolerances are those the golden README suggests per weight type. The
+ * sessions use an f32 KV cache, as the goldens were made with one. */
 #include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -94,7 +95,7 @@ static void check_teacher_forced(struct kk_model *m, const cJSON *item,
                                  const char *label)
 {
     struct kk_session_params sp = {.n_ctx = 512, .n_threads = 2,
-                                   .max_batch = 256};
+                                   .max_batch = 256, .kv_type = KK_KV_F32};
     struct kk_session *s;
     struct kk_error err = {{0}};
     assert_int_equal(kk_session_new(m, &sp, &s, &err), 0);
@@ -139,7 +140,8 @@ static void check_greedy(struct kk_model *m, const cJSON *item,
                          const int32_t *prompt, int n_prompt,
                          const int32_t *gen, int n_gen, float tol)
 {
-    struct kk_session_params sp = {.n_ctx = 512, .n_threads = 2};
+    struct kk_session_params sp = {.n_ctx = 512, .n_threads = 2,
+                                   .kv_type = KK_KV_F32};
     struct kk_session *s;
     struct kk_error err = {{0}};
     assert_int_equal(kk_session_new(m, &sp, &s, &err), 0);
@@ -175,7 +177,8 @@ static void check_full_logits(struct kk_model *m, const cJSON *item,
     assert_non_null(want);
     struct kk_model_info info;
     kk_model_get_info(m, &info);
-    struct kk_session_params sp = {.n_ctx = 512, .n_threads = 2};
+    struct kk_session_params sp = {.n_ctx = 512, .n_threads = 2,
+                                   .kv_type = KK_KV_F32};
     struct kk_session *s;
     struct kk_error err = {{0}};
     assert_int_equal(kk_session_new(m, &sp, &s, &err), 0);

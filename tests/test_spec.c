@@ -368,11 +368,13 @@ static void check_cache_matches_fresh(struct kk_model *m,
     assert_int_equal(kk_session_eval(fresh, s->tokens, n, false, NULL, NULL,
                                      &err), 0);
     const struct kv_cache *a = s->kv, *b = fresh->kv;
-    for (int il = 0; il < a->n_layer; il++) {
-        size_t bytes = (size_t)n * a->kv_dim * a->elem_bytes;
-        assert_memory_equal(a->k[il], b->k[il], bytes);
-        assert_memory_equal(a->v[il], b->v[il], bytes);
-    }
+    for (int il = 0; il < a->n_layer; il++)
+        for (int pos = 0; pos < n; pos++) {
+            assert_memory_equal(kv_key_row(a, il, pos), kv_key_row(b, il, pos),
+                                a->row_bytes);
+            assert_memory_equal(kv_value_row(a, il, pos),
+                                kv_value_row(b, il, pos), a->row_bytes);
+        }
     kk_session_free(fresh);
 }
 

@@ -269,62 +269,41 @@ struct attention_job {
     float scale;
 };
 
-static float dot_key(const struct kv_cache *kv, const void *k, const float *q,
-                     int off, int d)
-{
-    float sum = 0.0f;
-    if (kv->type == KV_F32) {
-        const float *kf = (const float *)k + off;
-        for (int i = 0; i < d; i++)
-            sum += kf[i] * q[i];
-    } else {
-        const uint16_t *kh = (const uint16_t *)k + off;
-        for (int i = 0; i < d; i++)
-            sum += fp16_to_f32(kh[i]) * q[i];
-    }
-    return sum;
-}
-
-static void add_value(const struct kv_cache *kv, const void *v, float w,
-                      float *acc, int off, int d)
-{
-    if (kv->type == KV_F32) {
-        const float *vf = (const float *)v + off;
-        for (int i = 0; i < d; i++)
-            acc[i] += w * vf[i];
-    } else {
-        const uint16_t *vh = (const uint16_t *)v + off;
-        for (int i = 0; i < d; i++)
-            acc[i] += w * fp16_to_f32(vh[i]);
-    }
-}
-
-/* Task i: query row t = i / n_head, head h = i % n_head. */
+/* Task i: query row t = i / n_head, head h = i % n_head. The visible keys
+ * are two ranges of positions, [0, sink_end) and [lo, p]; their scores go
+ * to this thread's scratch, indexed by position. */
 static void attention_task(void *ctx, int i, int thread)
 {
     const struct attention_job *j = ctx;
+    const struct kv_cache *kv = j->kv;
     const int t = i / j->n_head, h = i % j->n_head, d = j->head_dim;
     const int p = j->pos0 + t;
-    const int lo = j->window > 0 && p - j->window + 1 > 0 ? p - j->window + 1
-                                                          : 0;
+    int sink_end, lo;
+    kv_visible(&kv->layers[j->il], j->window, p, &sink_end, &lo);
+    const int range[2][2] = {{0, sink_end}, {lo, p + 1}};
     const int kv_off = (h / j->group) * d;
     const float *q = j->q + ((int64_t)t * j->n_head + h) * d;
     float *s = j->be->scores + (size_t)thread * (size_t)j->be->n_ctx;
+
     float max = -INFINITY;
-    for (int k = lo; k <= p; k++) {
-        s[k] = dot_key(j->kv, kv_key(j->kv, j->il, k), q, kv_off, d) * j->scale;
-        max = s[k] > max ? s[k] : max;
-    }
+    for (int r = 0; r < 2; r++)
+        for (int k = range[r][0]; k < range[r][1]; k++) {
+            s[k] = kv_dot_key(kv, kv_key_row(kv, j->il, k), kv_off, q) *
+                   j->scale;
+            max = s[k] > max ? s[k] : max;
+        }
     double sum = 0.0;
-    for (int k = lo; k <= p; k++) {
-        s[k] = expf(s[k] - max);
-        sum += s[k];
-    }
+    for (int r = 0; r < 2; r++)
+        for (int k = range[r][0]; k < range[r][1]; k++) {
+            s[k] = expf(s[k] - max);
+            sum += s[k];
+        }
     float *o = j->out + ((int64_t)t * j->n_head + h) * d;
     memset(o, 0, (size_t)d * sizeof(float));
     const float inv = (float)(1.0 / sum);
-    for (int k = lo; k <= p; k++)
-        add_value(j->kv, kv_value(j->kv, j->il, k), s[k] * inv, o, kv_off, d);
+    for (int r = 0; r < 2; r++)
+        for (int k = range[r][0]; k < range[r][1]; k++)
+            kv_add_value(kv, kv_value_row(kv, j->il, k), kv_off, s[k] * inv, o);
 }
 
 void be_attention(struct backend *be, float *out, const float *q,

@@ -54,7 +54,7 @@ def prepare(a, tok_path):
     import threading
     box = {}
     th = threading.Thread(target=lambda: box.setdefault("convs", data.gen_chat(
-        a.corpus, "train", a.work, a.shards, ["--n-doc", str(a.n_doc), "--n-man", str(a.n_man)])))
+        a.corpus, "train", a.work, a.shards, ["--n-doc", str(a.n_doc), "--n-man", str(a.n_man), "--seed", str(a.chat_seed)])))
     th.start()
     if not os.path.exists(tok_path):
         rng = random.Random(1)
@@ -186,9 +186,17 @@ def cmd_target(a):
     os.makedirs(a.out, exist_ok=True)
     tok_path = os.path.join(a.work, "tokenizer.json")
     os.makedirs(a.work, exist_ok=True)
+    if a.tokenizer:
+        import shutil
+        shutil.copy(a.tokenizer, tok_path)
     tok, plain, chat, val = prepare(a, tok_path)
     TARGET.vocab = DRAFT.vocab = tok.get_vocab_size()
-    model = Model(TARGET).to(dev)
+    model = Model(TARGET)
+    if a.init:  # continue training from an exported GGUF (weights as shipped, Q8_0-dequantized)
+        kv, t = gw.read_gguf(a.init)
+        load_from_gguf_tensors(model, t)
+        log("initialised from", a.init, f"validation loss {val_loss(model.to(dev), *val, dev, n_rows=256):.4f}")
+    model = model.to(dev)
     log(f"target params {model.n_params() / 1e6:.2f}M (non-embedding {model.n_params(False) / 1e6:.2f}M)")
     # fail fast: export the untrained model and check the GGUF semantics before spending the budget
     sp = os.path.join(a.work, "smoke.gguf")
@@ -208,7 +216,7 @@ def cmd_target(a):
         with torch.autocast("cuda", dtype=torch.bfloat16):
             lg = model(ids[:, :-1])
         return masked_ce(lg, ids, m)
-    train_loop(model, step_fn, batches, a.minutes, a.lr, 200, "target",
+    train_loop(model, step_fn, batches, a.minutes, a.lr, a.warm, "target",
                lambda: val_loss(model, *val, dev), deadline=T0 + a.total_minutes * 60 - a.reserve_s)
     vl = val_loss(model, *val, dev, n_rows=256)
     log(f"target final validation loss {vl:.4f} ppl {math.exp(vl):.2f} (float)")
@@ -423,6 +431,9 @@ def main():
     ap.add_argument("--n-doc", type=int, default=80000)
     ap.add_argument("--n-man", type=int, default=40000)
     ap.add_argument("--target")
+    ap.add_argument("--init", help="target: start from this GGUF instead of a random init")
+    ap.add_argument("--warm", type=int, default=200)
+    ap.add_argument("--chat-seed", type=int, default=7)
     ap.add_argument("--tokenizer")
     ap.add_argument("--eval-dir", default="data/eval")
     ap.add_argument("--eval-n", type=int, default=150)

@@ -1,0 +1,694 @@
+/* controller.c — turns, conversations and the store, on the UI thread
+ * (see controller.h). */
+#include "controller.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "error.h"
+#include "store_edit.h"
+
+enum { TITLE_CHARS = 48, MAX_DOCUMENT_BYTES = 8 << 20 };
+
+double controller_now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+void controller_notice(struct controller *c, const char *fmt, ...)
+{
+    char buf[1024];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(buf, sizeof buf, fmt, ap);
+    va_end(ap);
+    /* A notice after a streaming answer would break appending to it. */
+    if (c->streaming) {
+        snprintf(c->panes.note, sizeof c->panes.note, "%.150s", buf);
+    } else {
+        transcript_add(c->transcript, TRANSCRIPT_NOTICE, buf);
+        transcript_scroll_to(c->transcript, false, 0);
+    }
+    c->dirty = true;
+}
+
+static void notice_error(struct controller *c, const struct kk_error *err)
+{
+    controller_notice(c, "error: %s", err->msg[0] ? err->msg
+                                                  : "out of memory");
+}
+
+static enum transcript_role role_for(enum store_role r)
+{
+    return r == STORE_ROLE_USER        ? TRANSCRIPT_USER
+           : r == STORE_ROLE_ASSISTANT ? TRANSCRIPT_ASSISTANT
+                                       : TRANSCRIPT_SYSTEM;
+}
+
+/* ---- the message mirror ---- */
+
+static int msgs_push(struct controller *c, enum store_role role,
+                     const char *content, int64_t id)
+{
+    if (c->n_msgs == c->cap_msgs) {
+        int cap = c->cap_msgs ? c->cap_msgs * 2 : 16;
+        void *p = realloc(c->msgs, sizeof *c->msgs * (size_t)cap);
+        if (!p)
+            return -1;
+        c->msgs = p;
+        c->cap_msgs = cap;
+    }
+    char *copy = strdup(content);
+    if (!copy)
+        return -1;
+    c->msgs[c->n_msgs++] = (struct chat_message){role, copy, id};
+    return 0;
+}
+
+static void msgs_clear(struct controller *c)
+{
+    for (int i = 0; i < c->n_msgs; i++)
+        free(c->msgs[i].content);
+    c->n_msgs = 0;
+}
+
+/* Drops the mirror from message i on, in the store and on screen. */
+static int msgs_drop_from(struct controller *c, int i)
+{
+    struct kk_error err = {{0}};
+    if (i >= c->n_msgs)
+        return 0;
+    if (store_delete_messages_from(c->store, c->conv_id, c->msgs[i].id,
+                                   &err)) {
+        notice_error(c, &err);
+        return -1;
+    }
+    /* Transcript messages include notices: find the i-th real message. */
+    int seen = 0, cut = transcript_n_messages(c->transcript);
+    for (int k = 0; k < transcript_n_messages(c->transcript); k++) {
+        if (transcript_role_of(c->transcript, k) == TRANSCRIPT_NOTICE)
+            continue;
+        if (seen++ == i) {
+            cut = k;
+            break;
+        }
+    }
+    transcript_truncate(c->transcript, cut);
+    while (c->n_msgs > i)
+        free(c->msgs[--c->n_msgs].content);
+    return 0;
+}
+
+/* ---- the conversation list ---- */
+
+static void refresh_list(struct controller *c)
+{
+    struct store_conversation *list = NULL;
+    size_t n = 0;
+    struct kk_error err = {{0}};
+    if (store_list_conversations(c->store, &list, &n, &err)) {
+        notice_error(c, &err);
+        return;
+    }
+    struct convlist_item *items = calloc(n + 1, sizeof *items);
+    if (items) {
+        for (size_t i = 0; i < n; i++) {
+            items[i].id = list[i].id;
+            items[i].n_messages = list[i].n_messages;
+            snprintf(items[i].title, sizeof items[i].title, "%s",
+                     list[i].title);
+        }
+        free(c->convs);
+        c->convs = items;
+        c->n_convs = (int)n;
+    }
+    store_conversations_free(list, n);
+    c->dirty = true;
+}
+
+/* ---- engine requests ---- */
+
+/* Sends the conversation (system prompt first) to the engine. */
+static uint64_t send_conversation(struct controller *c,
+                                  enum engine_request_kind kind)
+{
+    size_t n = (size_t)c->n_msgs + 1, k = 0;
+    const char **roles = calloc(n, sizeof *roles);
+    const char **contents = calloc(n, sizeof *contents);
+    uint64_t id = 0;
+    if (roles && contents) {
+        if (c->system_prompt && c->system_prompt[0]) {
+            roles[k] = "system";
+            contents[k++] = c->system_prompt;
+        }
+        for (int i = 0; i < c->n_msgs; i++) {
+            if (c->msgs[i].role == STORE_ROLE_SYSTEM)
+                continue;
+            roles[k] = store_role_name(c->msgs[i].role);
+            contents[k++] = c->msgs[i].content;
+        }
+        id = engine_thread_submit(c->engine, kind, roles, contents, k);
+    }
+    free(roles);
+    free(contents);
+    if (!id)
+        controller_notice(c, "error: out of memory sending the conversation");
+    return id;
+}
+
+static void stats_for_store(const struct controller *c,
+                            const struct kk_stats *st, struct store_stats *out)
+{
+    *out = (struct store_stats){.tau = st->tau,
+                                .acceptance_rate = st->acceptance_rate,
+                                .tok_per_s = st->decode_tok_per_s,
+                                .kv_saved = st->kv_saved};
+    snprintf(out->proposer, sizeof out->proposer, "%s",
+             c->panes.proposer ? c->panes.proposer : "none");
+}
+
+/* Starts an answer to the conversation as it stands. */
+static void start_answer(struct controller *c)
+{
+    struct kk_error err = {{0}};
+    if (store_begin_answer(c->store, c->conv_id, &c->answer_id, &err)) {
+        notice_error(c, &err);
+        return;
+    }
+    c->answer_len = 0;
+    c->answer_tokens = 0;
+    if (c->answer)
+        c->answer[0] = 0;
+    c->panes.note[0] = 0;
+    c->answer_request = send_conversation(c, ENGINE_REQUEST_GENERATE);
+    if (!c->answer_request)
+        return;
+    c->streaming = true;
+    c->panes.streaming = true;
+    c->last_flush = controller_now();
+    transcript_add(c->transcript, TRANSCRIPT_ASSISTANT, "");
+    transcript_scroll_to(c->transcript, false, 0);
+    c->dirty = true;
+}
+
+/* Commits the answer (final, or partial when is_final is false). */
+static void commit_answer(struct controller *c, bool is_final)
+{
+    struct kk_error err = {{0}};
+    struct store_stats ss;
+    stats_for_store(c, &c->last_stats, &ss);
+    const char *text = c->answer ? c->answer : "";
+    int rc = is_final
+                 ? store_finish_answer(c->store, c->answer_id, text,
+                                       c->answer_tokens,
+                                       c->has_last_stats ? &ss : NULL, &err)
+                 : store_update_answer(c->store, c->answer_id, text,
+                                       c->answer_tokens,
+                                       c->has_last_stats ? &ss : NULL, &err);
+    if (rc)
+        notice_error(c, &err);
+}
+
+static void end_answer(struct controller *c)
+{
+    commit_answer(c, true);
+    msgs_push(c, STORE_ROLE_ASSISTANT, c->answer ? c->answer : "",
+              c->answer_id);
+    c->streaming = false;
+    c->panes.streaming = false;
+    c->answer_request = 0;
+    refresh_list(c);
+}
+
+static int answer_append(struct controller *c, const char *text)
+{
+    size_t len = strlen(text);
+    if (c->answer_len + len + 1 > c->answer_cap) {
+        size_t cap = c->answer_cap ? c->answer_cap : 1024;
+        while (cap < c->answer_len + len + 1)
+            cap *= 2;
+        char *p = realloc(c->answer, cap);
+        if (!p)
+            return -1;
+        c->answer = p;
+        c->answer_cap = cap;
+    }
+    memcpy(c->answer + c->answer_len, text, len + 1);
+    c->answer_len += len;
+    return 0;
+}
+
+/* ---- engine events ---- */
+
+static void on_ready(struct controller *c, const struct engine_event *ev)
+{
+    c->model_ready = true;
+    snprintf(c->panes.target, sizeof c->panes.target, "%.90s", ev->model_name);
+    snprintf(c->panes.draft, sizeof c->panes.draft, "%.90s", ev->draft_name);
+    c->panes.proposer = ev->has_draft ? "draft+ngram" : "ngram";
+    c->panes.n_ctx = ev->n_ctx;
+    snprintf(c->model_label, sizeof c->model_label, "%.120s%s%.120s",
+             ev->model_name,
+             ev->has_draft ? " + " : "", ev->draft_name);
+    if (!c->streaming)
+        c->panes.note[0] = 0;
+}
+
+static void on_event(struct controller *c, struct engine_event *ev)
+{
+    bool is_answer = ev->request_id && ev->request_id == c->answer_request;
+    bool is_prefill = ev->request_id && ev->request_id == c->prefill_request;
+    switch (ev->kind) {
+    case ENGINE_EVENT_READY:
+        on_ready(c, ev);
+        break;
+    case ENGINE_EVENT_TOKEN:
+        if (!is_answer)
+            break;
+        if (answer_append(c, ev->text) == 0)
+            transcript_append(c->transcript, ev->text, strlen(ev->text));
+        c->answer_tokens++;
+        c->last_stats = ev->stats;
+        c->has_last_stats = true;
+        panes_model_update(&c->panes, &ev->stats);
+        break;
+    case ENGINE_EVENT_PROGRESS:
+        if (is_prefill)
+            c->panes.progress = ev->total ? (double)ev->done / ev->total : 0;
+        break;
+    case ENGINE_EVENT_DONE:
+        if (is_answer) {
+            if (ev->stats.n_generated || ev->stats.n_prompt) {
+                c->last_stats = ev->stats;
+                c->has_last_stats = true;
+                panes_model_update(&c->panes, &ev->stats);
+            }
+            end_answer(c);
+            if (ev->stats.stopped_by_request)
+                controller_notice(c, "stopped; the partial answer is kept");
+        } else if (is_prefill) {
+            c->panes.progress = -1;
+            c->prefill_request = 0;
+            c->panes.n_tokens = ev->stats.n_tokens;
+            c->panes.n_ctx = ev->stats.n_ctx;
+            snprintf(c->panes.note, sizeof c->panes.note,
+                     "%d tokens evaluated into the context", ev->stats.n_prompt);
+        }
+        break;
+    case ENGINE_EVENT_ERROR:
+        if (is_prefill) {
+            c->panes.progress = -1;
+            c->prefill_request = 0;
+        }
+        if (is_answer)
+            end_answer(c);
+        controller_notice(c, "%s%s", ev->request_id ? "error: " : "",
+                          ev->err.msg);
+        break;
+    }
+    c->dirty = true;
+}
+
+void controller_drain(struct controller *c)
+{
+    struct engine_event ev;
+    while (engine_thread_poll(c->engine, &ev)) {
+        on_event(c, &ev);
+        engine_event_free(&ev);
+    }
+}
+
+void controller_tick(struct controller *c, double now)
+{
+    if (c->streaming && now - c->last_flush >= 1.0) {
+        commit_answer(c, false);
+        c->last_flush = now;
+    }
+}
+
+/* ---- conversations ---- */
+
+static void load_conversation(struct controller *c, int64_t id)
+{
+    struct kk_error err = {{0}};
+    struct store_conversation conv = {0};
+    struct store_message *list = NULL;
+    size_t n = 0;
+    if (store_get_conversation(c->store, id, &conv, &err) ||
+        store_list_messages(c->store, id, &list, &n, &err)) {
+        store_conversation_free(&conv);
+        notice_error(c, &err);
+        return;
+    }
+    msgs_clear(c);
+    transcript_clear(c->transcript);
+    c->conv_id = id;
+    free(c->system_prompt);
+    c->system_prompt = strdup(conv.system_prompt);
+    if (c->system_prompt && c->system_prompt[0])
+        transcript_add(c->transcript, TRANSCRIPT_SYSTEM, c->system_prompt);
+    for (size_t i = 0; i < n; i++) {
+        msgs_push(c, list[i].role, list[i].content, list[i].id);
+        transcript_add(c->transcript, role_for(list[i].role),
+                       list[i].content);
+    }
+    store_messages_free(list, n);
+    store_conversation_free(&conv);
+    c->dirty = true;
+    /* Bring the engine's cache to this conversation now, so the next turn
+     * only evaluates the new message. */
+    if (c->n_msgs)
+        c->prefill_request = send_conversation(c, ENGINE_REQUEST_PREFILL);
+}
+
+static bool busy(struct controller *c)
+{
+    if (!c->streaming)
+        return false;
+    controller_notice(c, "an answer is streaming: stop it first (Ctrl-C)");
+    return true;
+}
+
+void controller_new(struct controller *c)
+{
+    if (busy(c))
+        return;
+    msgs_clear(c);
+    transcript_clear(c->transcript);
+    c->conv_id = 0;
+    free(c->system_prompt);
+    c->system_prompt = strdup("");
+    c->confirm_delete = false;
+    c->panes.note[0] = 0;
+    c->dirty = true;
+}
+
+void controller_switch(struct controller *c, int64_t id)
+{
+    if (busy(c))
+        return;
+    if (id != c->conv_id)
+        load_conversation(c, id);
+}
+
+void controller_step(struct controller *c, int delta)
+{
+    if (c->n_convs == 0)
+        return;
+    int i = convlist_find(c->convs, c->n_convs, c->conv_id);
+    if (i < 0)
+        i = delta > 0 ? -1 : 0;   /* the unsaved new one sits on top */
+    i += delta;
+    if (i < 0 || i >= c->n_convs)
+        return;
+    controller_switch(c, c->convs[i].id);
+}
+
+/* Saves the new conversation on its first message. */
+static int ensure_conversation(struct controller *c, const char *first_text)
+{
+    if (c->conv_id)
+        return 0;
+    char title[TITLE_CHARS * 4 + 1];
+    size_t n = 0;
+    int chars = 0;
+    for (const char *p = first_text; *p && chars < TITLE_CHARS &&
+                                     n + 4 < sizeof title; p++) {
+        title[n++] = *p == '\n' || *p == '\t' ? ' ' : *p;
+        if ((*p & 0xc0) != 0x80)
+            chars++;
+    }
+    while (n && (title[n - 1] & 0xc0) == 0xc0)
+        n--;   /* no split UTF-8 character at the end */
+    title[n] = 0;
+    struct kk_error err = {{0}};
+    if (store_create_conversation(c->store, title, c->system_prompt,
+                                  c->panes.target, c->panes.draft,
+                                  &c->conv_id, &err)) {
+        notice_error(c, &err);
+        return -1;
+    }
+    refresh_list(c);
+    return 0;
+}
+
+static void send_message(struct controller *c, const char *text)
+{
+    if (busy(c) || ensure_conversation(c, text))
+        return;
+    struct kk_error err = {{0}};
+    int64_t id;
+    if (store_add_message(c->store, c->conv_id, STORE_ROLE_USER, text, 0,
+                          NULL, &id, &err)) {
+        notice_error(c, &err);
+        return;
+    }
+    msgs_push(c, STORE_ROLE_USER, text, id);
+    transcript_add(c->transcript, TRANSCRIPT_USER, text);
+    start_answer(c);
+}
+
+void controller_submit(struct controller *c, char *line)
+{
+    if (!line) {
+        c->quit = true;   /* Ctrl-D on an empty line */
+        return;
+    }
+    if (c->confirm_delete) {
+        c->confirm_delete = false;
+        if (!strcmp(line, "y") || !strcmp(line, "yes")) {
+            slash_run(c, "/delete yes");
+        } else {
+            controller_notice(c, "not deleted");
+        }
+    } else if (line[0] == '/') {
+        slash_run(c, line);
+    } else if (line[strspn(line, " \t\n")]) {
+        send_message(c, line);
+    }
+    free(line);
+}
+
+void controller_stop(struct controller *c)
+{
+    if (c->streaming)
+        engine_thread_request_stop(c->engine);
+}
+
+void controller_regenerate(struct controller *c)
+{
+    if (busy(c))
+        return;
+    if (c->n_msgs == 0 || c->msgs[c->n_msgs - 1].role != STORE_ROLE_ASSISTANT) {
+        controller_notice(c, "nothing to regenerate: the last message is not "
+                             "an answer");
+        return;
+    }
+    if (msgs_drop_from(c, c->n_msgs - 1) == 0)
+        start_answer(c);
+}
+
+void controller_edit_last(struct controller *c)
+{
+    if (busy(c))
+        return;
+    int i = c->n_msgs - 1;
+    while (i >= 0 && c->msgs[i].role != STORE_ROLE_USER)
+        i--;
+    if (i < 0) {
+        controller_notice(c, "no message of yours to edit");
+        return;
+    }
+    free(c->pending_input);
+    c->pending_input = strdup(c->msgs[i].content);
+    msgs_drop_from(c, i);
+    c->dirty = true;
+}
+
+static char *read_text_file(const char *path, size_t *len,
+                            struct kk_error *err)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f) {
+        kk_fail(err, "%s: cannot open: %m", path);
+        return NULL;
+    }
+    char *buf = malloc(MAX_DOCUMENT_BYTES + 1);
+    size_t n = buf ? fread(buf, 1, MAX_DOCUMENT_BYTES + 1, f) : 0;
+    bool bad = ferror(f);
+    fclose(f);
+    if (!buf || bad || n > MAX_DOCUMENT_BYTES) {
+        free(buf);
+        kk_fail(err, "%s: %s", path,
+                !buf ? "out of memory"
+                : bad ? "read failed"
+                      : "larger than 8 MiB: too long for a document");
+        return NULL;
+    }
+    buf[n] = 0;
+    if (memchr(buf, 0, n)) {
+        free(buf);
+        kk_fail(err, "%s: not a text file (it holds NUL bytes)", path);
+        return NULL;
+    }
+    *len = n;
+    return buf;
+}
+
+void controller_load_document(struct controller *c, const char *path)
+{
+    if (busy(c))
+        return;
+    struct kk_error err = {{0}};
+    size_t len;
+    char *text = read_text_file(path, &len, &err);
+    if (!text) {
+        notice_error(c, &err);
+        return;
+    }
+    const char *name = strrchr(path, '/') ? strrchr(path, '/') + 1 : path;
+    size_t size = len + strlen(name) + 32;
+    char *content = malloc(size);
+    char title[96];
+    snprintf(title, sizeof title, "document %s", name);
+    int64_t doc_id, msg_id;
+    if (!content) {
+        controller_notice(c, "error: out of memory");
+    } else if (snprintf(content, size, "Document: %s\n\n%s", name, text),
+               ensure_conversation(c, title) == 0 &&
+               (store_add_document(c->store, c->conv_id, text, path, 0,
+                                   &doc_id, &err) ||
+                store_add_message(c->store, c->conv_id, STORE_ROLE_USER,
+                                  content, 0, NULL, &msg_id, &err))) {
+        notice_error(c, &err);
+    } else if (c->conv_id) {
+        msgs_push(c, STORE_ROLE_USER, content, msg_id);
+        transcript_add(c->transcript, TRANSCRIPT_USER, content);
+        c->prefill_request = send_conversation(c, ENGINE_REQUEST_PREFILL);
+        c->panes.progress = 0;
+        snprintf(c->panes.note, sizeof c->panes.note, "loading %s", name);
+    }
+    free(content);
+    free(text);
+    c->dirty = true;
+}
+
+static const char *last_answer(const struct controller *c)
+{
+    for (int i = c->n_msgs - 1; i >= 0; i--)
+        if (c->msgs[i].role == STORE_ROLE_ASSISTANT)
+            return c->msgs[i].content;
+    return NULL;
+}
+
+/* OSC 52: the terminal puts base64 text on the clipboard. */
+static void osc52(const char *text)
+{
+    static const char b64[] =
+        "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    const unsigned char *p = (const unsigned char *)text;
+    size_t len = strlen(text);
+    fputs("\033]52;c;", stdout);
+    for (size_t i = 0; i < len; i += 3) {
+        uint32_t v = (uint32_t)p[i] << 16;
+        if (i + 1 < len)
+            v |= (uint32_t)p[i + 1] << 8;
+        if (i + 2 < len)
+            v |= p[i + 2];
+        char out[4] = {b64[v >> 18 & 63], b64[v >> 12 & 63],
+                       i + 1 < len ? b64[v >> 6 & 63] : '=',
+                       i + 2 < len ? b64[v & 63] : '='};
+        fwrite(out, 1, 4, stdout);
+    }
+    fputs("\a", stdout);
+    fflush(stdout);
+}
+
+void controller_copy_last(struct controller *c, const char *path)
+{
+    const char *text = last_answer(c);
+    if (!text) {
+        controller_notice(c, "no answer to copy yet");
+        return;
+    }
+    if (!path || !path[0]) {
+        osc52(text);
+        controller_notice(c, "copied the last answer (%zu bytes) to the "
+                             "clipboard (OSC 52)", strlen(text));
+        return;
+    }
+    FILE *f = fopen(path, "w");
+    if (!f || fputs(text, f) < 0 || fclose(f)) {
+        controller_notice(c, "error: %s: cannot write: %m", path);
+        return;
+    }
+    controller_notice(c, "wrote the last answer to %s", path);
+}
+
+void controller_show_stats(struct controller *c)
+{
+    if (!c->has_last_stats) {
+        controller_notice(c, "no statistics yet: send a message first");
+        return;
+    }
+    const struct kk_stats *s = &c->last_stats;
+    controller_notice(c,
+        "last answer: %d tokens in %d steps, tau %.2f, acceptance %.0f%% "
+        "(%d/%d; n-gram %d, draft %d, target %d)\n"
+        "prefill %d tokens at %.0f tok/s; decode %.1f tok/s; block %d\n"
+        "context %d/%d; KV resident %llu of %llu bytes (%.1f%% saved)",
+        s->n_generated, s->n_steps, s->tau, 100.0 * s->acceptance_rate,
+        s->n_accepted, s->n_proposed, s->accepted_by[KK_PROPOSER_NGRAM],
+        s->accepted_by[KK_PROPOSER_DRAFT], s->accepted_by[KK_PROPOSER_TARGET],
+        s->n_prompt, s->prefill_tok_per_s, s->decode_tok_per_s, s->block,
+        s->n_tokens, s->n_ctx, (unsigned long long)s->kv_resident_bytes,
+        (unsigned long long)s->kv_full_bytes, 100.0 * s->kv_saved);
+}
+
+/* ---- life cycle ---- */
+
+int controller_open(struct controller *c, const struct controller_options *o,
+                    int width, struct kk_error *err)
+{
+    memset(c, 0, sizeof *c);
+    panes_model_init(&c->panes);
+    snprintf(c->panes.note, sizeof c->panes.note, "loading the model...");
+    c->transcript = transcript_new(width);
+    c->system_prompt = strdup("");
+    if (!c->transcript || !c->system_prompt)
+        return kk_fail(err, "out of memory");
+    if (store_open(o->db_path, NULL, &c->store, err))
+        return -1;
+    struct engine_config ec = {.model_path = o->model_path,
+                               .draft_path = o->draft_path,
+                               .n_ctx = o->n_ctx, .n_threads = o->n_threads,
+                               .n_predict = o->n_predict};
+    if (engine_thread_start(&ec, &c->engine, err))
+        return -1;
+    refresh_list(c);
+    c->dirty = true;
+    return 0;
+}
+
+void controller_close(struct controller *c)
+{
+    if (c->streaming && c->engine) {
+        engine_thread_request_stop(c->engine);
+        commit_answer(c, true);
+    }
+    engine_thread_stop(c->engine);
+    store_close(c->store);
+    transcript_free(c->transcript);
+    msgs_clear(c);
+    free(c->msgs);
+    free(c->convs);
+    free(c->answer);
+    free(c->system_prompt);
+    free(c->pending_input);
+    memset(c, 0, sizeof *c);
+}

@@ -1,0 +1,87 @@
+/* engine_thread.h — the engine thread: owns the models and the session.
+ *
+ * The UI thread sends requests into a queue (mutex + condvar) and reads
+ * events from another; an eventfd becomes readable whenever events are
+ * waiting, so the UI polls it beside stdin and never blocks on the engine.
+ * Nothing is shared but the queues and the stop flag: every event carries
+ * its own copies (text, a struct kk_stats snapshot, an error message).
+ *
+ * A request carries the whole conversation rendered by the chat template;
+ * the engine keeps the longest prefix its session already holds and
+ * evaluates only the rest, so a new turn, a switch of conversation, a
+ * regenerate or an edit are one and the same request. */
+#ifndef KK_ENGINE_THREAD_H
+#define KK_ENGINE_THREAD_H
+
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "kakeya.h"
+
+struct engine_config {
+    const char *model_path;     /* copied */
+    const char *draft_path;     /* may be NULL; copied */
+    int n_ctx, n_threads;
+    int n_predict;              /* per answer */
+};
+
+enum engine_event_kind {
+    ENGINE_EVENT_READY,    /* models loaded: info, names */
+    ENGINE_EVENT_TOKEN,    /* text (may be "") and stats */
+    ENGINE_EVENT_PROGRESS, /* done / total of a prefill */
+    ENGINE_EVENT_DONE,     /* the request finished: final stats */
+    ENGINE_EVENT_ERROR,    /* message in err; the request is over */
+};
+
+struct engine_event {
+    enum engine_event_kind kind;
+    uint64_t request_id;
+    char *text;                 /* TOKEN; owned by the event */
+    struct kk_stats stats;      /* TOKEN, DONE */
+    int done, total;            /* PROGRESS */
+    struct kk_error err;        /* ERROR */
+    /* READY */
+    char model_name[128], draft_name[128];
+    int n_ctx;
+    bool has_draft;
+};
+
+void engine_event_free(struct engine_event *ev);
+
+enum engine_request_kind {
+    ENGINE_REQUEST_GENERATE,  /* prompt, then an answer */
+    ENGINE_REQUEST_PREFILL,   /* prompt only (a document), with progress */
+};
+
+struct engine_thread;
+
+/* Starts the thread, which opens the models and posts READY or ERROR.
+ * Fails only when the thread or the eventfd cannot be made. */
+int engine_thread_start(const struct engine_config *cfg,
+                        struct engine_thread **out, struct kk_error *err);
+/* Asks the thread to stop the current request, finish and exit; joins it.
+ * NULL-safe. */
+void engine_thread_stop(struct engine_thread *e);
+
+/* The fd to poll for events (readable while events wait). */
+int engine_thread_fd(const struct engine_thread *e);
+
+/* Queues a request: the conversation as n messages (roles "system",
+ * "user", "assistant"; static strings), which the engine thread renders
+ * with the model's chat template. The contents are copied. Returns the
+ * request's id (> 0), or 0 when out of memory. Clears the stop flag. */
+uint64_t engine_thread_submit(struct engine_thread *e,
+                              enum engine_request_kind kind,
+                              const char *const *roles,
+                              const char *const *contents, size_t n);
+
+/* Asks the running request to stop at the next step boundary. */
+void engine_thread_request_stop(struct engine_thread *e);
+
+/* Takes the next event (true) or returns false when none waits. The
+ * caller frees the event's contents with engine_event_free. */
+bool engine_thread_poll(struct engine_thread *e, struct engine_event *out);
+
+#endif
