@@ -25,7 +25,7 @@ BLAS_LIBS   := $(shell pkg-config --libs openblas 2>/dev/null || echo -lopenblas
 CFLAGS    ?= -O2 -g
 ALL_CFLAGS = -std=c11 -D_GNU_SOURCE $(WARN) $(ARCH) -Iengine -Iengine/cpu \
              -Iapp -Iui -I/usr/include/cjson $(BLAS_CFLAGS) -MMD -MP \
-             $(CFLAGS) $(SAN)
+             -DKAKEYA_PREFIX='"$(PREFIX)"' $(CFLAGS) $(SAN)
 LDLIBS    = $(BLAS_LIBS) -lm -lpthread
 
 ENGINE_SRC := $(wildcard engine/*.c engine/cpu/*.c)
@@ -42,7 +42,8 @@ LIB        := $(BUILD)/libkakeya.a
 APPLIB     := $(BUILD)/libkakeya-app.a
 APP        := $(BUILD)/kakeya
 
-.PHONY: all test test-plain test-asan fuzz fuzz-smoke bench run install clean
+.PHONY: all test test-plain test-asan fuzz fuzz-smoke bench eval-recall run \
+        install clean
 
 all: $(APP)
 
@@ -117,16 +118,31 @@ $(BUILD)/models/$(BENCH_SHAPE)-$(BENCH_TYPE).gguf: | $(APP)
 	@mkdir -p $(dir $@)
 	$(APP) mkmodel --shape $(BENCH_SHAPE) --type $(BENCH_TYPE) -o $@
 
+# The speculative section runs the default models on the held-out prompts.
+SPEC_MODEL ?= data/models/kakeya-chat.gguf
+SPEC_DRAFT ?= data/models/kakeya-draft.gguf
 bench: $(APP) $(BENCH_MODEL)
-	$(APP) bench -m $(BENCH_MODEL) --threads $(BENCH_THREADS)
+	$(APP) bench -m $(BENCH_MODEL) --threads $(BENCH_THREADS) \
+	    $(if $(wildcard $(SPEC_MODEL)),--spec-model $(SPEC_MODEL)) \
+	    $(if $(wildcard $(SPEC_DRAFT)),--draft $(SPEC_DRAFT))
+
+# Long-document recall per KV policy: the default model, and the golden
+# gemma3 model (random weights: only agreement with the full cache counts).
+GOLDEN_GEMMA3 := $(SHARED)/golden/models/gemma3-f32.gguf
+eval-recall: $(APP)
+	$(if $(wildcard $(SPEC_MODEL)),$(APP) eval-recall -m $(SPEC_MODEL))
+	$(if $(wildcard $(GOLDEN_GEMMA3)),$(APP) eval-recall -m $(GOLDEN_GEMMA3))
 
 run: $(APP)
 	$(APP)
 
 install: $(APP)
-	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(PREFIX)/share/man/man1
+	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(PREFIX)/share/man/man1 \
+	    $(DESTDIR)$(PREFIX)/share/kakeya/models
 	install -m 755 $(APP) $(DESTDIR)$(PREFIX)/bin/kakeya
 	install -m 644 man/kakeya.1 $(DESTDIR)$(PREFIX)/share/man/man1/kakeya.1
+	for f in data/models/*.gguf; do [ -f "$$f" ] && \
+	    install -m 644 "$$f" $(DESTDIR)$(PREFIX)/share/kakeya/models/; done; true
 
 clean:
 	rm -rf build

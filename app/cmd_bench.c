@@ -15,6 +15,7 @@
 #include <time.h>
 
 #include "args.h"
+#include "bench_spec.h"
 #include "commands.h"
 #include "kakeya.h"
 
@@ -221,6 +222,8 @@ int cmd_bench(int argc, char **argv)
     args_init(&a, "kakeya bench", argc, argv);
     struct bench_options o = {.n_threads = 2, .n_prefill = 256,
                               .n_decode = 64, .reps = 9};
+    struct spec_bench_options so = {.eval_dir = "data/eval", .n_prompts = 8,
+                                    .n_predict = 128};
     while (args_next(&a)) {
         if (args_is(&a, "-m", "--model"))
             o.model = args_value(&a);
@@ -230,30 +233,51 @@ int cmd_bench(int argc, char **argv)
             o.n_prefill = 64;
             o.n_decode = 16;
             o.reps = 3;
-        } else if (a.opt[0] != '-' && !o.model)
+            so.n_prompts = 2;
+        } else if (args_is(&a, NULL, "--spec-model"))
+            so.model = args_value(&a);
+        else if (args_is(&a, "-d", "--draft"))
+            so.draft = args_value(&a);
+        else if (args_is(&a, NULL, "--eval-dir"))
+            so.eval_dir = args_value(&a);
+        else if (args_is(&a, NULL, "--prompts"))
+            so.n_prompts = args_int(&a, 1, 64);
+        else if (args_is(&a, NULL, "--block"))
+            so.block = args_int(&a, 1, 16);
+        else if (a.opt[0] != '-' && !o.model)
             o.model = a.opt;
         else
             args_unknown(&a);
     }
     if (a.failed)
         return 2;
-    if (!o.model) {
-        fprintf(stderr, "kakeya bench: needs -m MODEL.gguf (make bench "
-                        "makes one with kakeya mkmodel)\n");
+    if (!o.model && !so.model) {
+        fprintf(stderr, "kakeya bench: needs -m MODEL.gguf and/or "
+                        "--spec-model MODEL.gguf [--draft DRAFT.gguf] (make "
+                        "bench passes both)\n");
         return 2;
     }
+    so.n_threads = o.n_threads;
     cJSON *out = cJSON_CreateObject();
     cJSON_AddStringToObject(out, "benchmark", "kakeya-cpu");
     cJSON_AddNumberToObject(out, "threads", o.n_threads);
     cJSON_AddStringToObject(out, "cpu_kernels", kk_cpu_kernels());
-    double bw = memory_bandwidth_gbs(o.n_threads);
-    cJSON_AddNumberToObject(out, "memory_read_gb_per_s", bw);
     struct kk_error err = {{0}};
-    int rc = run_bench(&o, out, &err);
+    int rc = 0;
+    if (o.model) {
+        cJSON *engine = cJSON_AddObjectToObject(out, "engine");
+        double bw = memory_bandwidth_gbs(o.n_threads);
+        cJSON_AddNumberToObject(engine, "memory_read_gb_per_s", bw);
+        rc = run_bench(&o, engine, &err);
+        if (!rc)
+            add_roofline(engine, bw);
+    }
+    if (!rc && so.model)
+        rc = bench_speculative(&so, cJSON_AddObjectToObject(out, "speculative"),
+                               &err);
     if (rc) {
         fprintf(stderr, "kakeya bench: %s\n", err.msg);
     } else {
-        add_roofline(out, bw);
         char *text = cJSON_Print(out);
         if (text)
             puts(text);

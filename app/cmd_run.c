@@ -14,6 +14,7 @@ struct run_options {
     enum kk_spec_mode spec;
     bool spec_given;
     int block;
+    struct kk_session_params kv;  /* the cache options */
     const char *prompt;
     int n_predict;
     int n_threads;
@@ -39,6 +40,22 @@ static void parse_spec(struct args *a, struct run_options *o)
     if (v)
         fprintf(stderr, "kakeya run: --spec wants auto, draft, ngram or off, "
                         "not '%s'\n", v);
+    a->failed = true;
+}
+
+static void parse_kv_type(struct args *a, struct run_options *o)
+{
+    static const char *names[] = {"f16", "f32", "q8_0"};
+    const char *v = args_value(a);
+    for (int i = 0; v && i < 3; i++) {
+        if (!strcmp(v, names[i])) {
+            o->kv.kv_type = (enum kk_kv_type)i;
+            return;
+        }
+    }
+    if (v)
+        fprintf(stderr, "kakeya run: --kv wants f16, f32 or q8_0, not '%s'\n",
+                v);
     a->failed = true;
 }
 
@@ -81,6 +98,14 @@ static int parse_run(int argc, char **argv, struct run_options *o)
             o->block = args_int(&a, 1, 16);
         else if (args_is(&a, NULL, "--spec"))
             parse_spec(&a, o);
+        else if (args_is(&a, NULL, "--kv"))
+            parse_kv_type(&a, o);
+        else if (args_is(&a, NULL, "--kv-window"))
+            o->kv.kv_window = args_int(&a, 1, 1 << 20);
+        else if (args_is(&a, NULL, "--kv-sinks"))
+            o->kv.kv_sinks = args_int(&a, 0, 1024);
+        else if (args_is(&a, NULL, "--kv-full"))
+            o->kv.kv_full_sliding = true;
         else
             args_unknown(&a);
     }
@@ -92,6 +117,11 @@ static int parse_run(int argc, char **argv, struct run_options *o)
     }
     if (!o->spec_given)
         o->spec = o->draft ? KK_SPEC_AUTO : KK_SPEC_OFF;
+    if (o->kv.kv_window)
+        fprintf(stderr, "kakeya run: note: --kv-window is LOSSY: global layers "
+                        "keep only the first %d and the last %d positions, so "
+                        "the middle of a long input is forgotten\n",
+                o->kv.kv_sinks, o->kv.kv_window);
     if ((o->spec == KK_SPEC_DRAFT || o->spec == KK_SPEC_AUTO) && !o->draft) {
         fprintf(stderr, "kakeya run: --spec %s needs --draft MODEL.gguf\n",
                 o->spec == KK_SPEC_DRAFT ? "draft" : "auto");
@@ -151,6 +181,9 @@ static void print_stats(const struct kk_stats *st, enum kk_spec_mode spec)
                     "%.1f tok/s%s\n", st->n_prompt, st->prefill_tok_per_s,
             st->n_generated, st->decode_tok_per_s,
             st->stopped_at_eog ? " | stopped at end of generation" : "");
+    fprintf(stderr, "KV cache: %.1f%% saved (%.2f of %.2f MiB as full f16)\n",
+            100.0 * st->kv_saved, st->kv_resident_bytes / 1048576.0,
+            st->kv_full_bytes / 1048576.0);
     if (spec == KK_SPEC_OFF)
         return;
     fprintf(stderr, "speculative: tau %.2f tokens/step over %d steps, "
@@ -190,7 +223,9 @@ int cmd_run(int argc, char **argv)
     struct kk_session *s = NULL, *ds = NULL;
     int32_t *ids = NULL;
     int n = 0;
-    struct kk_session_params sp = {.n_ctx = o.n_ctx, .n_threads = o.n_threads};
+    struct kk_session_params sp = o.kv;
+    sp.n_ctx = o.n_ctx;
+    sp.n_threads = o.n_threads;
     struct kk_generate_params gp = {.n_predict = o.n_predict,
                                     .sampling = o.sampling,
                                     .stop_at_eog = !o.ignore_eos,

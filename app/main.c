@@ -22,6 +22,8 @@ static const char usage[] =
     "  export    ID [--format md|json] [-o FILE] [--db FILE]\n"
     "  import    FILE.json|- [--db FILE]\n"
     "  search    TEXT... [--limit N] [--db FILE]   full-text search\n"
+    "  eval-recall -m MODEL.gguf [--needles FILE]  long-document recall\n"
+    "            per KV-cache policy\n"
     "\n"
     "See kakeya(1) for details.\n";
 
@@ -36,6 +38,7 @@ int main(int argc, char **argv)
         {"bench", cmd_bench},     {"list", cmd_list},
         {"export", cmd_export},   {"import", cmd_import},
         {"search", cmd_search},   {"uibench", chat_uibench},
+        {"eval-recall", cmd_eval_recall},
     };
     /* No subcommand (or only options): the interactive chat. */
     if (argc < 2 || (argv[1][0] == '-' && strcmp(argv[1], "--help") &&

@@ -1,0 +1,222 @@
+/* bench_spec.c — speculative against plain decoding, side by side.
+ *
+ * For each prompt (held-out conversations from data/eval: long-document
+ * questions, whose answers quote the document, and short chat questions)
+ * the same target generates greedily once per mode: plain, n-gram, draft
+ * model, auto. Greedy speculative output must equal the plain output (the
+ * run reports whether it did); the figures are tau, acceptance rate, decode
+ * tok/s and the ratio to plain, per prompt set and mode. */
+#include "bench_spec.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kakeya.h"
+
+enum { MAX_TOKENS = 4096, MAX_MSGS = 16 };
+
+struct prompt {
+    int32_t *ids;
+    int n;
+};
+
+struct mode_total {
+    const char *name;
+    enum kk_spec_mode mode;
+    int tokens, steps, proposed, accepted;
+    double seconds;
+    bool is_lossless;
+};
+
+/* The conversation of one eval item up to its first answer, as token ids
+ * through the model's chat template. */
+static int render_item(struct kk_model *m, const cJSON *item, struct prompt *p)
+{
+    const char *roles[MAX_MSGS], *contents[MAX_MSGS];
+    size_t n = 0;
+    const cJSON *msg;
+    cJSON_ArrayForEach(msg, cJSON_GetObjectItem(item, "messages"))
+    {
+        const cJSON *role = cJSON_GetObjectItem(msg, "role");
+        const cJSON *content = cJSON_GetObjectItem(msg, "content");
+        if (!cJSON_IsString(role) || !cJSON_IsString(content))
+            return -1;
+        if (!strcmp(role->valuestring, "assistant") || n == MAX_MSGS)
+            break;
+        roles[n] = role->valuestring;
+        contents[n++] = content->valuestring;
+    }
+    char *text = kk_chat_render(m, roles, contents, n, true);
+    if (!text)
+        return -1;
+    struct kk_model_info info;
+    kk_model_get_info(m, &info);
+    struct kk_error err;
+    p->ids = malloc(sizeof(int32_t) * MAX_TOKENS);
+    p->n = p->ids ? kk_tokenize(m, text, strlen(text), info.add_bos, true,
+                                p->ids, MAX_TOKENS, &err) : -1;
+    free(text);
+    return p->n > 0 && p->n <= MAX_TOKENS ? 0 : -1;
+}
+
+/* Up to max prompts from a JSONL file. */
+static int load_prompts(struct kk_model *m, const char *path, int max,
+                        int max_tokens, struct prompt *out)
+{
+    FILE *f = fopen(path, "r");
+    if (!f)
+        return 0;
+    char *line = NULL;
+    size_t cap = 0;
+    int n = 0;
+    while (n < max && getline(&line, &cap, f) > 0) {
+        cJSON *item = cJSON_Parse(line);
+        if (item && !render_item(m, item, &out[n]) && out[n].n <= max_tokens)
+            n++;
+        else if (item)
+            free(out[n].ids);
+        cJSON_Delete(item);
+    }
+    free(line);
+    fclose(f);
+    return n;
+}
+
+struct run_result {
+    struct kk_stats st;
+    int32_t ids[1024];
+    int n;
+};
+
+static bool collect(void *ud, int32_t id, const char *text,
+                    const struct kk_stats *st)
+{
+    struct run_result *r = ud;
+    if (id >= 0 && r->n < 1024)
+        r->ids[r->n++] = id;
+    return true;
+}
+
+static int run_once(const struct spec_bench_options *o, struct kk_model *m,
+                    struct kk_model *dm, const struct prompt *p,
+                    enum kk_spec_mode mode, struct run_result *r,
+                    struct kk_error *err)
+{
+    struct kk_session_params sp = {.n_ctx = 2048, .n_threads = o->n_threads};
+    struct kk_session *s = NULL, *ds = NULL;
+    int rc = kk_session_new(m, &sp, &s, err);
+    if (!rc && dm && mode != KK_SPEC_OFF && mode != KK_SPEC_NGRAM)
+        rc = kk_session_new(dm, &sp, &ds, err);
+    struct kk_generate_params gp = {.n_predict = o->n_predict,
+                                    .stop_at_eog = true, .spec = mode,
+                                    .draft = ds, .block = o->block};
+    r->n = 0;
+    if (!rc)
+        rc = kk_generate(s, p->ids, p->n, &gp, collect, r, &r->st, err);
+    kk_session_free(ds);
+    kk_session_free(s);
+    return rc;
+}
+
+static cJSON *mode_json(const struct mode_total *t, double plain_tok_per_s)
+{
+    cJSON *j = cJSON_CreateObject();
+    double tps = t->seconds > 0 ? t->tokens / t->seconds : 0.0;
+    cJSON_AddStringToObject(j, "mode", t->name);
+    cJSON_AddNumberToObject(j, "tokens", t->tokens);
+    cJSON_AddNumberToObject(j, "tau", t->steps ? (double)t->tokens / t->steps
+                                               : 0.0);
+    cJSON_AddNumberToObject(j, "acceptance_rate",
+                            t->proposed ? (double)t->accepted / t->proposed
+                                        : 0.0);
+    cJSON_AddNumberToObject(j, "decode_tok_per_s", tps);
+    cJSON_AddNumberToObject(j, "speedup_vs_plain",
+                            plain_tok_per_s > 0 ? tps / plain_tok_per_s : 0.0);
+    cJSON_AddBoolToObject(j, "output_equals_plain", t->is_lossless);
+    return j;
+}
+
+/* All modes over one prompt set. */
+static int bench_set(const struct spec_bench_options *o, struct kk_model *m,
+                     struct kk_model *dm, const char *name,
+                     const struct prompt *prompts, int n_prompts, cJSON *out,
+                     struct kk_error *err)
+{
+    struct mode_total totals[] = {
+        {"plain", KK_SPEC_OFF, 0, 0, 0, 0, 0, true},
+        {"ngram", KK_SPEC_NGRAM, 0, 0, 0, 0, 0, true},
+        {"draft", KK_SPEC_DRAFT, 0, 0, 0, 0, 0, true},
+        {"auto", KK_SPEC_AUTO, 0, 0, 0, 0, 0, true},
+    };
+    int n_modes = dm ? 4 : 2;
+    static struct run_result plain, r;
+    for (int i = 0; i < n_prompts; i++) {
+        for (int k = 0; k < n_modes; k++) {
+            struct run_result *res = k == 0 ? &plain : &r;
+            if (run_once(o, m, dm, &prompts[i], totals[k].mode, res, err))
+                return -1;
+            /* The first token comes from prefill: count decode steps only. */
+            totals[k].tokens += res->st.n_generated - 1;
+            totals[k].steps += res->st.n_steps;
+            totals[k].proposed += res->st.n_proposed;
+            totals[k].accepted += res->st.n_accepted;
+            totals[k].seconds += res->st.decode_seconds;
+            if (k > 0 && (res->n != plain.n ||
+                          memcmp(res->ids, plain.ids,
+                                 sizeof(int32_t) * (size_t)plain.n)))
+                totals[k].is_lossless = false;
+        }
+    }
+    cJSON *set = cJSON_CreateObject();
+    cJSON_AddStringToObject(set, "prompts", name);
+    cJSON_AddNumberToObject(set, "n_prompts", n_prompts);
+    double plain_tps = totals[0].seconds > 0
+                           ? totals[0].tokens / totals[0].seconds : 0.0;
+    cJSON *modes = cJSON_AddArrayToObject(set, "modes");
+    for (int k = 0; k < n_modes; k++)
+        cJSON_AddItemToArray(modes, mode_json(&totals[k], plain_tps));
+    cJSON_AddItemToArray(out, set);
+    return 0;
+}
+
+int bench_speculative(const struct spec_bench_options *o, cJSON *out,
+                      struct kk_error *err)
+{
+    static const struct {
+        const char *name, *file;
+        int max_tokens;
+    } sets[] = {
+        {"long-document questions", "doc.jsonl", 1800},
+        {"chat questions", "dict.jsonl", 1800},
+        {"man-page questions", "man_what.jsonl", 1800},
+    };
+    struct kk_model *m = NULL, *dm = NULL;
+    if (kk_model_open(o->model, &m, err) ||
+        (o->draft && (kk_model_open(o->draft, &dm, err) ||
+                      kk_check_draft(m, dm, err)))) {
+        kk_model_close(dm);
+        kk_model_close(m);
+        return -1;
+    }
+    cJSON_AddStringToObject(out, "target", o->model);
+    if (o->draft)
+        cJSON_AddStringToObject(out, "draft", o->draft);
+    cJSON_AddNumberToObject(out, "n_predict", o->n_predict);
+    cJSON *arr = cJSON_AddArrayToObject(out, "sets");
+    int rc = 0;
+    for (size_t i = 0; !rc && i < sizeof sets / sizeof sets[0]; i++) {
+        struct prompt prompts[64];
+        char path[4096];
+        snprintf(path, sizeof path, "%s/%s", o->eval_dir, sets[i].file);
+        int n = load_prompts(m, path, o->n_prompts < 64 ? o->n_prompts : 64,
+                             sets[i].max_tokens, prompts);
+        if (n > 0)
+            rc = bench_set(o, m, dm, sets[i].name, prompts, n, arr, err);
+        for (int k = 0; k < n; k++)
+            free(prompts[k].ids);
+    }
+    kk_model_close(dm);
+    kk_model_close(m);
+    return rc;
+}
