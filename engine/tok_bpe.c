@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "pretokenize.h"
+#include "merge_queue.h"
 #include "tok_internal.h"
 #include "unicode.h"
 
@@ -16,67 +17,12 @@ struct symbol {
     size_t off, n; /* n == 0 once merged away */
 };
 
-struct bigram {
-    int32_t rank;
-    int left, right;
-    size_t size;
-};
-
-struct heap {
-    struct bigram *v;
-    size_t n, cap;
-};
-
-static bool comes_first(const struct bigram *a, const struct bigram *b)
-{
-    return a->rank < b->rank || (a->rank == b->rank && a->left < b->left);
-}
-
-static int heap_push(struct heap *h, struct bigram b)
-{
-    if (h->n == h->cap) {
-        size_t cap = h->cap ? h->cap * 2 : 64;
-        struct bigram *v = realloc(h->v, cap * sizeof *v);
-        if (!v)
-            return -1;
-        h->v = v;
-        h->cap = cap;
-    }
-    size_t i = h->n++;
-    while (i > 0 && comes_first(&b, &h->v[(i - 1) / 2])) {
-        h->v[i] = h->v[(i - 1) / 2];
-        i = (i - 1) / 2;
-    }
-    h->v[i] = b;
-    return 0;
-}
-
-static struct bigram heap_pop(struct heap *h)
-{
-    struct bigram top = h->v[0], last = h->v[--h->n];
-    size_t i = 0;
-    for (;;) {
-        size_t c = 2 * i + 1;
-        if (c >= h->n)
-            break;
-        if (c + 1 < h->n && comes_first(&h->v[c + 1], &h->v[c]))
-            c++;
-        if (!comes_first(&h->v[c], &last))
-            break;
-        h->v[i] = h->v[c];
-        i = c;
-    }
-    if (h->n)
-        h->v[i] = last;
-    return top;
-}
-
 /* Scratch shared by the words of one call. */
 struct bpe_run {
     const struct tokenizer *t;
     char *word;          /* the current word in byte-level spelling */
     struct symbol *sym;
-    struct heap queue;
+    struct merge_queue queue;
 };
 
 static int try_pair(struct bpe_run *r, int left, int right)
@@ -88,7 +34,9 @@ static int try_pair(struct bpe_run *r, int left, int right)
                                   r->word + b->off, b->n);
     if (rank < 0)
         return 0;
-    return heap_push(&r->queue, (struct bigram){rank, left, right, a->n + b->n});
+    /* Ranks stay far below 2^24, so the float priority is exact. */
+    struct merge m = {(float)rank, left, right, a->n + b->n};
+    return merge_queue_push(&r->queue, m);
 }
 
 static int emit_symbol(const struct bpe_run *r, const struct symbol *s,
@@ -128,7 +76,7 @@ static int encode_word(struct bpe_run *r, size_t len, struct tok_ids *out)
         if (try_pair(r, i - 1, i) != 0)
             return -1;
     while (r->queue.n) {
-        struct bigram b = heap_pop(&r->queue);
+        struct merge b = merge_queue_pop(&r->queue);
         struct symbol *left = &r->sym[b.left], *right = &r->sym[b.right];
         if (left->n == 0 || right->n == 0 || left->n + right->n != b.size)
             continue; /* stale: a side changed since it was queued */
@@ -196,7 +144,7 @@ int tok_bpe_encode(const struct tokenizer *t, const char *text, size_t len,
     }
     rc = 0;
 done:
-    free(r.queue.v);
+    merge_queue_free(&r.queue);
     free(r.word);
     free(r.sym);
     free(cpts);

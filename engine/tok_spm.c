@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "merge_queue.h"
 #include "tok_internal.h"
 #include "unicode.h"
 
@@ -14,67 +15,11 @@ struct symbol {
     size_t off, n;  /* bytes of the text; n == 0 once merged away */
 };
 
-struct bigram {
-    float score;
-    int left, right;
-    size_t size; /* bytes when queued: stale if the symbols changed */
-};
-
-struct heap {
-    struct bigram *v;
-    size_t n, cap;
-};
-
-/* True when a should be merged before b. */
-static bool comes_first(const struct bigram *a, const struct bigram *b)
-{
-    return a->score > b->score || (a->score == b->score && a->left < b->left);
-}
-
-static int heap_push(struct heap *h, struct bigram b)
-{
-    if (h->n == h->cap) {
-        size_t cap = h->cap ? h->cap * 2 : 64;
-        struct bigram *v = realloc(h->v, cap * sizeof *v);
-        if (!v)
-            return -1;
-        h->v = v;
-        h->cap = cap;
-    }
-    size_t i = h->n++;
-    while (i > 0 && comes_first(&b, &h->v[(i - 1) / 2])) {
-        h->v[i] = h->v[(i - 1) / 2];
-        i = (i - 1) / 2;
-    }
-    h->v[i] = b;
-    return 0;
-}
-
-static struct bigram heap_pop(struct heap *h)
-{
-    struct bigram top = h->v[0], last = h->v[--h->n];
-    size_t i = 0;
-    for (;;) {
-        size_t c = 2 * i + 1;
-        if (c >= h->n)
-            break;
-        if (c + 1 < h->n && comes_first(&h->v[c + 1], &h->v[c]))
-            c++;
-        if (!comes_first(&h->v[c], &last))
-            break;
-        h->v[i] = h->v[c];
-        i = c;
-    }
-    if (h->n)
-        h->v[i] = last;
-    return top;
-}
-
 struct spm_run {
     const struct tokenizer *t;
     const char *text;
     struct symbol *sym;
-    struct heap queue;
+    struct merge_queue queue;
 };
 
 /* Queues the pair (left, right) if together they spell a token. */
@@ -86,8 +31,9 @@ static int try_pair(struct spm_run *r, int left, int right)
     int32_t id = tok_vocab_find(r->t, r->text + r->sym[left].off, size);
     if (id < 0)
         return 0;
-    return heap_push(&r->queue, (struct bigram){r->t->score[id], left, right,
-                                                size});
+    /* The highest score merges first: its negation is the priority. */
+    struct merge m = {-r->t->score[id], left, right, size};
+    return merge_queue_push(&r->queue, m);
 }
 
 /* Escapes spaces as U+2581 after the optional leading space. */
@@ -158,7 +104,7 @@ int tok_spm_encode(const struct tokenizer *t, const char *text, size_t len,
         if (try_pair(&r, i - 1, i) != 0)
             goto done;
     while (r.queue.n) {
-        struct bigram b = heap_pop(&r.queue);
+        struct merge b = merge_queue_pop(&r.queue);
         struct symbol *left = &r.sym[b.left], *right = &r.sym[b.right];
         if (left->n == 0 || right->n == 0 || left->n + right->n != b.size)
             continue; /* one side was merged since this pair was queued */
@@ -176,7 +122,7 @@ int tok_spm_encode(const struct tokenizer *t, const char *text, size_t len,
             goto done;
     rc = 0;
 done:
-    free(r.queue.v);
+    merge_queue_free(&r.queue);
     free(r.sym);
     free(buf);
     return rc;

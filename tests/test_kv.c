@@ -22,19 +22,6 @@
 #include "session.h"
 #include "testutil.h"
 
-static struct kk_model *open_golden(const char *name)
-{
-    char rel[256];
-    snprintf(rel, sizeof rel, "golden/models/%s.gguf", name);
-    const char *path = testutil_shared_path(rel);
-    if (!path)
-        return NULL;
-    struct kk_model *m;
-    struct kk_error err;
-    if (kk_model_open(path, &m, &err))
-        fail_msg("%s", err.msg);
-    return m;
-}
 
 static struct kk_session *new_session(struct kk_model *m,
                                       struct kk_session_params sp)
@@ -73,7 +60,7 @@ static void assert_same_logits(struct kk_session *a, struct kk_session *b,
 
 static void test_ring_cache_gives_the_logits_of_a_full_cache(void **state)
 {
-    struct kk_model *m = open_golden("gemma3-f32"); /* window 8 */
+    struct kk_model *m = testutil_open_golden("gemma3-f32"); /* window 8 */
     if (!m)
         skip();
     struct kk_session_params ring_p = {.n_ctx = 256, .max_batch = 64,
@@ -116,7 +103,7 @@ static void test_ring_cache_gives_the_logits_of_a_full_cache(void **state)
  * after the ring has wrapped many times the cache must still be exact. */
 static void test_ring_survives_trims_after_wraps(void **state)
 {
-    struct kk_model *m = open_golden("gemma3-f32");
+    struct kk_model *m = testutil_open_golden("gemma3-f32");
     if (!m)
         skip();
     struct kk_session_params ring_p = {.n_ctx = 400, .kv_type = KK_KV_F32};
@@ -166,7 +153,7 @@ static void test_ring_survives_trims_after_wraps(void **state)
 /* A trim further back than the ring can resume from is recomputed. */
 static void test_deep_trim_recomputes_and_stays_exact(void **state)
 {
-    struct kk_model *m = open_golden("gemma3-f32");
+    struct kk_model *m = testutil_open_golden("gemma3-f32");
     if (!m)
         skip();
     struct kk_session_params p = {.n_ctx = 256, .kv_type = KK_KV_F32};
@@ -213,7 +200,7 @@ static float top2_gap(const float *x, int n)
 
 static void check_q8_against_f16(const char *model, float tol)
 {
-    struct kk_model *m = open_golden(model);
+    struct kk_model *m = testutil_open_golden(model);
     if (!m)
         skip();
     int32_t ids[96];
@@ -274,7 +261,7 @@ static void test_q8_kv_stays_close_to_f16(void **state)
 
 static void check_save_restore(const char *model, enum kk_kv_type type)
 {
-    struct kk_model *m = open_golden(model);
+    struct kk_model *m = testutil_open_golden(model);
     if (!m)
         skip();
     struct kk_session_params p = {.n_ctx = 256, .kv_type = type};
@@ -311,8 +298,8 @@ static void test_save_restore_continue_equals_uninterrupted(void **state)
 
 static void test_restore_refuses_foreign_or_damaged_checkpoints(void **state)
 {
-    struct kk_model *g = open_golden("gemma3-f32");
-    struct kk_model *l = open_golden("llama256-f32");
+    struct kk_model *g = testutil_open_golden("gemma3-f32");
+    struct kk_model *l = testutil_open_golden("llama256-f32");
     if (!g || !l)
         skip();
     struct kk_session_params p = {.n_ctx = 128};
@@ -356,7 +343,7 @@ static void test_restore_refuses_foreign_or_damaged_checkpoints(void **state)
  * full = every layer, every token, f16. */
 static void test_kv_saved_adds_up(void **state)
 {
-    struct kk_model *m = open_golden("gemma3-f32"); /* 6 layers, kv_dim 16 */
+    struct kk_model *m = testutil_open_golden("gemma3-f32"); /* 6 layers, kv_dim 16 */
     if (!m)
         skip();
     struct kk_session_params p = {.n_ctx = 512};
@@ -385,7 +372,7 @@ static void test_kv_saved_adds_up(void **state)
  * cache until the window is exceeded, bounded afterwards, labelled lossy. */
 static void test_sink_window_is_bounded_and_labelled_lossy(void **state)
 {
-    struct kk_model *m = open_golden("llama256-f32");
+    struct kk_model *m = testutil_open_golden("llama256-f32");
     if (!m)
         skip();
     struct kk_session_params full_p = {.n_ctx = 256, .kv_type = KK_KV_F32};

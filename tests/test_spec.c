@@ -46,19 +46,6 @@ static bool collect(void *ud, int32_t id, const char *text,
     return true;
 }
 
-static struct kk_model *open_golden(const char *name)
-{
-    char rel[256];
-    snprintf(rel, sizeof rel, "golden/models/%s.gguf", name);
-    const char *path = testutil_shared_path(rel);
-    if (!path)
-        return NULL;
-    struct kk_model *m;
-    struct kk_error err;
-    if (kk_model_open(path, &m, &err))
-        fail_msg("%s", err.msg);
-    return m;
-}
 
 /* Small batches keep every forward on the same kernels, so a draft that is
  * the target reproduces the target bit for bit. */
@@ -111,7 +98,7 @@ static const int some_blocks[] = {0, 1, 3, 8, 16};
 
 static void check_lossless(const char *model, const int *blocks, int n_blocks)
 {
-    struct kk_model *m = open_golden(model);
+    struct kk_model *m = testutil_open_golden(model);
     if (!m)
         skip();
     for (size_t pi = 0; pi < sizeof prompts / sizeof prompts[0]; pi++) {
@@ -195,7 +182,7 @@ static struct kk_model *make_bad_draft(const char *vocab_model, char *path)
 static void test_bad_draft_is_rejected_and_changes_nothing(void **state)
 {
     char path[4096];
-    struct kk_model *m = open_golden("llama256-f32");
+    struct kk_model *m = testutil_open_golden("llama256-f32");
     if (!m)
         skip();
     struct kk_model *bad = make_bad_draft("llama256-f32", path);
@@ -223,8 +210,8 @@ static void test_bad_draft_is_rejected_and_changes_nothing(void **state)
 static void test_draft_with_other_vocabulary_is_refused(void **state)
 {
     char path[4096];
-    struct kk_model *m = open_golden("llama256-f32");
-    struct kk_model *other = open_golden("llama-smollm2-f32");
+    struct kk_model *m = testutil_open_golden("llama256-f32");
+    struct kk_model *other = testutil_open_golden("llama-smollm2-f32");
     if (!m || !other)
         skip();
     struct kk_error err;
@@ -323,8 +310,8 @@ static void check_sampling(const float *p, const float *q, int n,
 static void test_rejection_sampling_keeps_target_distribution(void **state)
 {
     char path[4096];
-    struct kk_model *target = open_golden("llama256-f32");
-    struct kk_model *close = open_golden("llama256-Q4_0");
+    struct kk_model *target = testutil_open_golden("llama256-f32");
+    struct kk_model *close = testutil_open_golden("llama256-Q4_0");
     if (!target || !close)
         skip();
     struct kk_model *far = make_bad_draft("llama256-f32", path);
@@ -380,7 +367,7 @@ static void check_cache_matches_fresh(struct kk_model *m,
 
 static void test_cache_holds_exactly_committed_tokens(void **state)
 {
-    struct kk_model *m = open_golden("llama256-f32");
+    struct kk_model *m = testutil_open_golden("llama256-f32");
     if (!m)
         skip();
     int32_t prompt[256];
@@ -412,7 +399,7 @@ static void test_cache_holds_exactly_committed_tokens(void **state)
 
 static void test_stop_request_ends_at_a_step_boundary(void **state)
 {
-    struct kk_model *m = open_golden("llama256-f32");
+    struct kk_model *m = testutil_open_golden("llama256-f32");
     if (!m)
         skip();
     int32_t prompt[256];

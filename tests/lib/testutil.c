@@ -1,6 +1,14 @@
 /* testutil.c — see testutil.h. */
 #include "testutil.h"
 
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+
+#include <cmocka.h>
+
+#include "kakeya.h"
+
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -115,4 +123,18 @@ const char *testutil_tmp_path(const char *stem)
     snprintf(buf, sizeof buf, "%s/kakeya-test-%d-%u-%s", dir, (int)getpid(),
              counter++, stem);
     return buf;
+}
+
+struct kk_model *testutil_open_golden(const char *name)
+{
+    char rel[256];
+    snprintf(rel, sizeof rel, "golden/models/%s.gguf", name);
+    const char *path = testutil_shared_path(rel);
+    if (!path)
+        return NULL;
+    struct kk_model *m;
+    struct kk_error err;
+    if (kk_model_open(path, &m, &err))
+        fail_msg("%s", err.msg);
+    return m;
 }

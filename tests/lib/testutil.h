@@ -27,6 +27,10 @@ cJSON *testutil_read_json(const char *path);
 /* Decodes lowercase/uppercase hex into a malloc'd buffer; NULL on bad hex. */
 unsigned char *testutil_unhex(const char *hex, size_t *len);
 
+/* Opens ../shared/golden/models/<name>.gguf; NULL (after the loud skip
+ * line) when the shared folder is absent; fails the test if it won't open. */
+struct kk_model *testutil_open_golden(const char *name);
+
 /* Path of a fresh temporary file name under $TMPDIR (static buffer). */
 const char *testutil_tmp_path(const char *stem);
 
