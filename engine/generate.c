@@ -50,6 +50,7 @@ struct generation {
     double verify_s[MAX_BLOCK + 1]; /* EMA of verify seconds for L */
     double draft_token_s;  /* EMA of draft seconds per proposed token */
     int step_tokens;       /* committed by decode steps (not prefill) */
+    double decode_start;   /* when the first decode step began */
     bool is_done;
 };
 
@@ -245,7 +246,10 @@ static int step(struct generation *g, struct kk_error *err)
         next = target_token(g, session_logits(s, n_acc));
     /* Keep pending + accepted drafts; the new token becomes pending. */
     kk_session_trim(s, n_before + n_acc);
-    double verify_s = now_seconds() - t0;
+    double now = now_seconds(), verify_s = now - t0;
+    /* Keep the live rate current for the panes while tokens stream. */
+    g->st.decode_seconds = now - g->decode_start;
+    g->st.decode_tok_per_s = (g->step_tokens + n_acc + 1) / g->st.decode_seconds;
     int committed = 0;
     for (int i = 0; i < n_acc && !g->is_done; i++, committed++)
         g->is_done = !emit(g, g->prop.ids[i]);
@@ -325,6 +329,8 @@ static int start(struct generation *g, const int32_t *prompt, int n_prompt,
     if (session_append_eval(s, prompt, n_prompt, 1, NULL, NULL, err))
         return -1;
     g->st.prefill_seconds = now_seconds() - t0;
+    if (g->st.prefill_seconds > 0)
+        g->st.prefill_tok_per_s = n_prompt / g->st.prefill_seconds;
     int32_t first = target_token(g, session_logits(s, 0));
     if (session_push(s, &first, 1, err))
         return -1;
@@ -346,6 +352,7 @@ int kk_generate(struct kk_session *s, const int32_t *prompt, int n_prompt,
     if (!rc && p->n_predict > 0)
         rc = start(&g, prompt, n_prompt, err);
     double t0 = now_seconds();
+    g.decode_start = t0;
     while (!rc && !g.is_done && p->n_predict > 0) {
         if (p->stop && *p->stop) {
             g.st.stopped_by_request = true;
@@ -361,8 +368,8 @@ int kk_generate(struct kk_session *s, const int32_t *prompt, int n_prompt,
     if (g.st.prefill_seconds > 0)
         g.st.prefill_tok_per_s = n_prompt / g.st.prefill_seconds;
     /* The first token comes from prefill; decode speed counts the rest. */
-    if (g.st.decode_seconds > 0 && g.st.n_generated > 1)
-        g.st.decode_tok_per_s = (g.st.n_generated - 1) / g.st.decode_seconds;
+    if (g.st.decode_seconds > 0)
+        g.st.decode_tok_per_s = g.step_tokens / g.st.decode_seconds;
     if (stats)
         *stats = g.st;
     generation_free(&g);

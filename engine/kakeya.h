@@ -190,7 +190,9 @@ struct kk_stats {
     double draft_seconds, verify_seconds;
     double prefill_tok_per_s, decode_tok_per_s;
     int block;              /* the last block length L */
-    uint8_t recent[KK_STATS_RECENT]; /* tokens committed by recent steps */
+    /* Tokens committed by each of the last n_recent steps (at most
+     * KK_STATS_RECENT), oldest first, ending at recent[KK_STATS_RECENT-1]. */
+    uint8_t recent[KK_STATS_RECENT];
     int n_recent;
     int n_ctx, n_tokens;    /* context size and tokens in it */
     uint64_t kv_resident_bytes, kv_full_bytes;

@@ -83,13 +83,13 @@ void panes_draw_acceptance(void *window, const struct panes_model *p,
         mvwaddstr(w, 1, 2, "tau -");
         return;
     }
-    int now = st->n_recent ? st->recent[(st->n_recent - 1) % KK_STATS_RECENT]
-                           : 0;
+    /* recent[] holds the newest n_recent steps at its end, oldest first. */
+    int n = st->n_recent < KK_STATS_RECENT ? st->n_recent : KK_STATS_RECENT;
+    int now = n ? st->recent[KK_STATS_RECENT - 1] : 0;
     mvwprintw(w, 1, 2, "tau %d now  %.2f turn", now, st->tau);
     double v[KK_STATS_RECENT];
-    int n = st->n_recent < KK_STATS_RECENT ? st->n_recent : KK_STATS_RECENT;
     for (int i = 0; i < n; i++)
-        v[i] = st->recent[i];
+        v[i] = st->recent[KK_STATS_RECENT - n + i];
     char spark[KK_STATS_RECENT * 3 + 1];
     panes_sparkline(v, n, 0, cols - 4, spark, sizeof spark);
     mvwaddstr(w, 2, 2, spark);
