@@ -701,6 +701,44 @@ int gguf_open_memory(const void *data, size_t size, struct gguf **out,
     return 0;
 }
 
+/* Whether a file of `size` bytes should be read into memory rather than
+ * mapped: when it takes at most half of the memory available now, and
+ * KAKEYA_MMAP is not set. */
+static bool should_load_resident(size_t size)
+{
+    const char *force_mmap = getenv("KAKEYA_MMAP");
+    if (force_mmap && *force_mmap && strcmp(force_mmap, "0"))
+        return false;
+    long pages = sysconf(_SC_AVPHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+    return pages > 0 && page > 0 && size <= (size_t)pages * (size_t)page / 2;
+}
+
+/* Reads the whole file into an anonymous mapping backed by transparent huge
+ * pages. Decoding streams every weight once per token: from the page cache
+ * (4 KiB pages) the hardware prefetchers stop at every page edge and each
+ * page costs a TLB miss, and decode measured 20-35 tok/s on a 368 MiB model
+ * where the same weights in huge pages gave a steady 35-37 (prefill 2x). */
+static void *read_resident(int fd, size_t size)
+{
+    void *buf = mmap(NULL, size, PROT_READ | PROT_WRITE,
+                     MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (buf == MAP_FAILED)
+        return NULL;
+    madvise(buf, size, MADV_HUGEPAGE);
+    for (size_t done = 0; done < size;) {
+        ssize_t n = pread(fd, (char *)buf + done, size - done, (off_t)done);
+        if (n <= 0) {
+            if (n < 0 && errno == EINTR)
+                continue;
+            munmap(buf, size);
+            return NULL;
+        }
+        done += (size_t)n;
+    }
+    mprotect(buf, size, PROT_READ);
+    return buf;
+}
+
 int gguf_open(const char *path, struct gguf **out, struct kk_error *err)
 {
     *out = NULL;
@@ -717,7 +755,9 @@ int gguf_open(const char *path, struct gguf **out, struct kk_error *err)
         return kk_fail(err, "%s: the file is empty", path);
     }
     size_t size = (size_t)st.st_size;
-    void *map = mmap(NULL, size, PROT_READ, MAP_PRIVATE, fd, 0);
+    void *map = should_load_resident(size) ? read_resident(fd, size) : NULL;
+    if (!map)
+        map = mmap(NULL, size, PROT_READ, MAP_PRIVATE, fd, 0);
     int map_errno = errno;
     close(fd);
     if (map == MAP_FAILED)

@@ -231,84 +231,30 @@ void kv_visible(const struct kv_layer *L, int model_window, int p,
     *lo = w > 0 && p - w + 1 > *sink_end ? p - w + 1 : *sink_end;
 }
 
-static float hsum256(__m256 v)
-{
-    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v),
-                          _mm256_extractf128_ps(v, 1));
-    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-    s = _mm_add_ss(s, _mm_movehdup_ps(s));
-    return _mm_cvtss_f32(s);
-}
-
-float kv_dot_key(const struct kv_cache *kv, const uint8_t *row, int off,
-                 const float *q)
+void kv_load_head(const struct kv_cache *kv, const uint8_t *row, int off,
+                  float *out)
 {
     const int d = kv->head_dim;
-    int i = 0;
-    __m256 acc = _mm256_setzero_ps();
-    float sum = 0.0f;
     if (kv->type == KV_F32) {
-        const float *k = (const float *)row + off;
-        for (; i + 8 <= d; i += 8)
-            acc = _mm256_fmadd_ps(_mm256_loadu_ps(k + i), _mm256_loadu_ps(q + i),
-                                  acc);
-        for (; i < d; i++)
-            sum += k[i] * q[i];
+        memcpy(out, (const float *)row + off, (size_t)d * sizeof(float));
     } else if (kv->type == KV_F16) {
-        const uint16_t *k = (const uint16_t *)row + off;
+        const uint16_t *h = (const uint16_t *)row + off;
+        int i = 0;
         for (; i + 8 <= d; i += 8)
-            acc = _mm256_fmadd_ps(
-                _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(k + i))),
-                _mm256_loadu_ps(q + i), acc);
+            _mm256_storeu_ps(out + i, _mm256_cvtph_ps(
+                                          _mm_loadu_si128((const __m128i *)(h + i))));
         for (; i < d; i++)
-            sum += fp16_to_f32(k[i]) * q[i];
+            out[i] = fp16_to_f32(h[i]);
     } else {
         const int B = kv->block;
-        for (int b = off / B; b < (off + d) / B; b++, q += B) {
+        for (int b = off / B; b < (off + d) / B; b++, out += B) {
             const uint8_t *blk = row + (size_t)b * (2 + B);
             uint16_t dh;
             memcpy(&dh, blk, 2);
-            const int8_t *kq = (const int8_t *)(blk + 2);
-            float s = 0.0f;
+            const float scale = fp16_to_f32(dh);
+            const int8_t *q = (const int8_t *)(blk + 2);
             for (int j = 0; j < B; j++)
-                s += (float)kq[j] * q[j];
-            sum += s * fp16_to_f32(dh);
-        }
-    }
-    return sum + hsum256(acc);
-}
-
-void kv_add_value(const struct kv_cache *kv, const uint8_t *row, int off,
-                  float w, float *acc)
-{
-    const int d = kv->head_dim;
-    int i = 0;
-    const __m256 wv = _mm256_set1_ps(w);
-    if (kv->type == KV_F32) {
-        const float *v = (const float *)row + off;
-        for (; i + 8 <= d; i += 8)
-            _mm256_storeu_ps(acc + i, _mm256_fmadd_ps(wv, _mm256_loadu_ps(v + i),
-                                                      _mm256_loadu_ps(acc + i)));
-        for (; i < d; i++)
-            acc[i] += w * v[i];
-    } else if (kv->type == KV_F16) {
-        const uint16_t *v = (const uint16_t *)row + off;
-        for (; i + 8 <= d; i += 8)
-            _mm256_storeu_ps(acc + i, _mm256_fmadd_ps(
-                wv, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(v + i))),
-                _mm256_loadu_ps(acc + i)));
-        for (; i < d; i++)
-            acc[i] += w * fp16_to_f32(v[i]);
-    } else {
-        const int B = kv->block;
-        for (int b = off / B; b < (off + d) / B; b++, acc += B) {
-            const uint8_t *blk = row + (size_t)b * (2 + B);
-            uint16_t dh;
-            memcpy(&dh, blk, 2);
-            float s = w * fp16_to_f32(dh);
-            const int8_t *vq = (const int8_t *)(blk + 2);
-            for (int j = 0; j < B; j++)
-                acc[j] += s * (float)vq[j];
+                out[j] = scale * (float)q[j];
         }
     }
 }

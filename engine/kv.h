@@ -134,12 +134,11 @@ static inline int kv_slot(const struct kv_layer *L, int pos)
 void kv_visible(const struct kv_layer *L, int model_window, int p,
                 int *sink_end, int *lo);
 
-/* Attention helpers on a stored row (one head at head offset off):
- * q · key, and acc += w * value. */
-float kv_dot_key(const struct kv_cache *kv, const uint8_t *row, int off,
-                 const float *q);
-void kv_add_value(const struct kv_cache *kv, const uint8_t *row, int off,
-                  float w, float *acc);
+/* The head_dim values of one head (at value offset off) of a stored row,
+ * as f32: attention converts each key and value once and shares it among
+ * the query heads of its group. */
+void kv_load_head(const struct kv_cache *kv, const uint8_t *row, int off,
+                  float *out);
 
 static inline bool kv_is_staged(const struct kv_cache *kv, int il, int pos)
 {

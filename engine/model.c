@@ -97,9 +97,11 @@ static int read_hparams(const struct gguf *g, struct model_hparams *hp,
     uint32_t v;
     hp->n_head_kv = arch_u32(g, a, "attention.head_count_kv", &v) ? (int32_t)v
                                                                    : hp->n_head;
-    if (hp->n_head_kv < 1 || hp->n_head % hp->n_head_kv)
+    if (hp->n_head_kv < 1 || hp->n_head % hp->n_head_kv ||
+        hp->n_head / hp->n_head_kv > 64)
         return kk_fail(err, "%d attention heads cannot share %d key/value "
-                            "heads evenly", hp->n_head, hp->n_head_kv);
+                            "heads (evenly, at most 64 to one)", hp->n_head,
+                       hp->n_head_kv);
     hp->head_dim = arch_u32(g, a, "attention.key_length", &v)
                        ? (int32_t)v : hp->n_embd / hp->n_head;
     uint32_t vlen;

@@ -388,8 +388,14 @@ static void test_sink_window_is_bounded_and_labelled_lossy(void **state)
     for (int i = 0; i < 150; i++) {
         assert_int_equal(kk_session_eval(full, &ids[i], 1, true, NULL, NULL, &err), 0);
         assert_int_equal(kk_session_eval(sink, &ids[i], 1, true, NULL, NULL, &err), 0);
-        if (i < 4 + 24)
-            assert_same_logits(full, sink, 1, n_vocab);
+        if (i < 4 + 24) {
+            /* Same keys; attention sums them in two runs instead of one,
+             * so only the last bits may differ. */
+            const float *x = kk_session_logits(full, 0),
+                        *y = kk_session_logits(sink, 0);
+            for (int v = 0; v < n_vocab; v++)
+                assert_true(fabsf(x[v] - y[v]) < 1e-4f);
+        }
     }
     struct kk_kv_info info;
     kk_session_kv_info(sink, &info);

@@ -46,7 +46,7 @@ static float random_float(uint64_t *s)
 static int64_t cols_for(uint32_t type)
 {
     switch (act_family_of(type)) {
-    case ACT_Q8_0: return 32 * 11;
+    case ACT_Q8_0: return 32 * 27; /* a full 16-block tile and a partial one */
     case ACT_Q8_K: return 256 * 3;
     default: return 200;
     }
@@ -382,13 +382,32 @@ static void test_prepare_f16_and_bf16_round_activations_to_weight_precision(void
     (void)state;
     float x[2] = {1.0f + 0x1p-12f + 0x1p-20f, 1.0f + 0x1p-9f + 0x1p-14f};
     float buf[64];
+    assert_true(matmul_prepared_bytes(KK_F32, 2, 1) <= sizeof buf);
     struct matmul_input in;
     matmul_prepare(KK_F16, x, 2, 1, buf, &in);
-    assert_true(buf[0] == 1.0f && buf[1] == 1.0f + 0x1p-9f);
+    const float *p = act_token(&in, 0);
+    assert_true(p[0] == 1.0f && p[1] == 1.0f + 0x1p-9f);
     matmul_prepare(KK_BF16, x, 2, 1, buf, &in);
-    assert_true(buf[0] == 1.0f && buf[1] == 1.0f);
+    p = act_token(&in, 0);
+    assert_true(p[0] == 1.0f && p[1] == 1.0f);
     matmul_prepare(KK_F32, x, 2, 1, buf, &in);
-    assert_true(buf[0] == x[0] && buf[1] == x[1]);
+    p = act_token(&in, 0);
+    assert_true(p[0] == x[0] && p[1] == x[1]);
+}
+
+static void test_prepared_vectors_start_on_a_cache_line(void **state)
+{
+    (void)state;
+    uint8_t *buf = malloc(matmul_prepared_bytes(KK_Q8_0, 64, 2) + 1);
+    assert_non_null(buf);
+    float x[128] = {1};
+    struct matmul_input in;
+    matmul_prepare(KK_Q8_0, x, 64, 2, buf + 1, &in);
+    assert_int_equal((uintptr_t)in.data % 64, 0);
+    assert_true((const uint8_t *)in.data >= buf + 1);
+    assert_true((const uint8_t *)act_token(&in, 2) <=
+                buf + 1 + matmul_prepared_bytes(KK_Q8_0, 64, 2));
+    free(buf);
 }
 
 static void test_kernel_name_names_the_dispatched_family(void **state)
@@ -410,6 +429,7 @@ int main(void)
         cmocka_unit_test(test_dispatched_kernel_matches_reference),
         cmocka_unit_test(test_avx2_result_of_a_token_does_not_depend_on_batch_or_split),
         cmocka_unit_test(test_avx512_result_of_a_token_does_not_depend_on_batch_or_split),
+        cmocka_unit_test(test_prepared_vectors_start_on_a_cache_line),
         cmocka_unit_test(test_kernel_name_names_the_dispatched_family),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

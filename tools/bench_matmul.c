@@ -110,6 +110,9 @@ int main(int argc, char **argv)
     int threads = argc > 1 ? atoi(argv[1]) : 1;
     if (argc > 2) /* working set in MB, e.g. 40 to measure in-cache speed */
         WORKING_SET = (size_t)atoi(argv[2]) << 20;
+    /* room for one matrix of the largest type (F16) whatever was asked */
+    if (WORKING_SET < dtype_row_bytes(KK_F16, COLS) * ROWS)
+        WORKING_SET = dtype_row_bytes(KK_F16, COLS) * ROWS;
     const uint32_t types[] = {KK_Q8_0, KK_Q4_0, KK_Q4_K, KK_F16};
     const int tokens[] = {1, 4, 8, 16};
     printf("kernel %s, %d thread(s)\n", matmul_kernel_name(), threads);
@@ -124,7 +127,12 @@ int main(int argc, char **argv)
     float *y = malloc(sizeof(float) * ROWS * 16);
     for (int i = 0; i < COLS * 16; i++)
         x[i] = (float)((i * 7919) % 1000) / 500.0f - 1.0f;
-    void *prep = malloc(matmul_prepared_bytes(KK_F32, COLS, 16));
+    size_t prep_bytes = 0;
+    for (size_t ti = 0; ti < sizeof types / sizeof types[0]; ti++) {
+        size_t b = matmul_prepared_bytes(types[ti], COLS, 16);
+        prep_bytes = b > prep_bytes ? b : prep_bytes;
+    }
+    void *prep = malloc(prep_bytes);
 
     for (size_t ti = 0; ti < sizeof types / sizeof types[0]; ti++) {
         uint32_t type = types[ti];

@@ -7,6 +7,7 @@
 #include "backend.h"
 
 #include <cblas.h>
+#include <immintrin.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -31,14 +32,20 @@ enum { SGEMM_MIN_TOKENS = 32, SGEMM_TILE_ROWS = 64 };
  * amortise dispatch. */
 enum { MATMUL_CHUNK_ROWS = 16 };
 
+/* Query heads sharing one key/value head (GQA) that attention handles at
+ * once; the model loader refuses larger groups. */
+enum { MAX_GROUP = 64 };
+
 struct backend {
     struct pool *pool;
     int n_threads;
     void *prep;            /* prepared activations of the current matmul */
     size_t prep_bytes;
     int64_t max_cols;
-    float *scores;         /* per thread: n_ctx attention scores */
+    float *scores;         /* per thread: scores_per_thread floats */
+    size_t scores_per_thread; /* MAX_GROUP * n_ctx scores + one head row */
     int n_ctx;
+    int head_dim;
     int max_tokens;
 };
 
@@ -85,7 +92,7 @@ static int grow(void **buf, size_t bytes, struct kk_error *err)
 }
 
 int backend_reserve(struct backend *be, int max_tokens, int64_t max_cols,
-                    int n_ctx, struct kk_error *err)
+                    int n_ctx, int head_dim, struct kk_error *err)
 {
     static const uint32_t types[] = {KK_F32, KK_F16, KK_BF16, KK_Q8_0,
                                      KK_Q4_0, KK_Q5_0, KK_Q4_K, KK_Q6_K};
@@ -105,11 +112,16 @@ int backend_reserve(struct backend *be, int max_tokens, int64_t max_cols,
         be->max_cols = cols;
         be->max_tokens = toks;
     }
-    if (n_ctx > be->n_ctx) {
-        size_t bytes = (size_t)be->n_threads * (size_t)n_ctx * sizeof(float);
-        if (grow((void **)&be->scores, bytes, err))
+    if (n_ctx > be->n_ctx || head_dim > be->head_dim) {
+        int ctx = n_ctx > be->n_ctx ? n_ctx : be->n_ctx;
+        int hd = head_dim > be->head_dim ? head_dim : be->head_dim;
+        size_t per = (size_t)MAX_GROUP * (size_t)ctx + (size_t)hd;
+        if (grow((void **)&be->scores,
+                 (size_t)be->n_threads * per * sizeof(float), err))
             return -1;
-        be->n_ctx = n_ctx;
+        be->scores_per_thread = per;
+        be->n_ctx = ctx;
+        be->head_dim = hd;
     }
     return 0;
 }
@@ -260,50 +272,142 @@ void be_add(float *x, const float *y, int64_t count)
 
 /* ---- attention ---- */
 
+/* e^x for 8 floats (x <= 0 here: scores minus their maximum): Cephes'
+ * degree-6 polynomial after a 2^n range reduction, within 2 ulp of expf. */
+static __m256 exp256(__m256 x)
+{
+    x = _mm256_max_ps(x, _mm256_set1_ps(-87.3f));
+    __m256 n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504f)),
+                               _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693359375f), x);
+    r = _mm256_fnmadd_ps(n, _mm256_set1_ps(-2.12194440e-4f), r);
+    __m256 p = _mm256_set1_ps(1.9875691500e-4f);
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.3981999507e-3f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(8.3334519073e-3f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(4.1665795894e-2f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.6666665459e-1f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(5.0000001201e-1f));
+    p = _mm256_fmadd_ps(p, _mm256_mul_ps(r, r), _mm256_add_ps(r, _mm256_set1_ps(1.0f)));
+    __m256i e = _mm256_slli_epi32(
+        _mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
+    return _mm256_mul_ps(p, _mm256_castsi256_ps(e));
+}
+
+static float hsum256(__m256 v)
+{
+    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v),
+                          _mm256_extractf128_ps(v, 1));
+    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    s = _mm_add_ss(s, _mm_movehdup_ps(s));
+    return _mm_cvtss_f32(s);
+}
+
+static float dot_f32(const float *a, const float *b, int n)
+{
+    __m256 acc = _mm256_setzero_ps();
+    int i = 0;
+    for (; i + 8 <= n; i += 8)
+        acc = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i), acc);
+    float sum = hsum256(acc);
+    for (; i < n; i++)
+        sum += a[i] * b[i];
+    return sum;
+}
+
+static void axpy_f32(float *y, float a, const float *x, int n)
+{
+    const __m256 av = _mm256_set1_ps(a);
+    int i = 0;
+    for (; i + 8 <= n; i += 8)
+        _mm256_storeu_ps(y + i, _mm256_fmadd_ps(av, _mm256_loadu_ps(x + i),
+                                                _mm256_loadu_ps(y + i)));
+    for (; i < n; i++)
+        y[i] += a * x[i];
+}
+
+/* x[i] = e^(x[i] - max) for n values; returns their sum. */
+static double exp_shifted(float *x, int n, float max)
+{
+    const __m256 mv = _mm256_set1_ps(max);
+    double sum = 0.0;
+    int i = 0;
+    for (; i + 8 <= n; i += 8) {
+        __m256 e = exp256(_mm256_sub_ps(_mm256_loadu_ps(x + i), mv));
+        _mm256_storeu_ps(x + i, e);
+        sum += hsum256(e);
+    }
+    if (i < n) {
+        /* The tail through the same polynomial, so a value's exponential
+         * does not depend on where it falls in a vector. */
+        float tail[8] = {0};
+        for (int k = i; k < n; k++)
+            tail[k - i] = x[k] - max;
+        float e[8];
+        _mm256_storeu_ps(e, exp256(_mm256_loadu_ps(tail)));
+        for (int k = i; k < n; k++) {
+            x[k] = e[k - i];
+            sum += e[k - i];
+        }
+    }
+    return sum;
+}
+
 struct attention_job {
     struct backend *be;
     float *out;
     const float *q;
     const struct kv_cache *kv;
-    int il, n, pos0, n_head, group, head_dim, window;
+    int il, n, pos0, n_head, n_head_kv, group, head_dim, window;
     float scale;
 };
 
-/* Task i: query row t = i / n_head, head h = i % n_head. The visible keys
- * are two ranges of positions, [0, sink_end) and [lo, p]; their scores go
- * to this thread's scratch, indexed by position. */
+/* Task i: query row t = i / n_head_kv and key/value head g = i % n_head_kv,
+ * with the `group` query heads that share it (GQA): each key and value row
+ * is converted to f32 once and used by all of them. Visible positions are
+ * two ranges, [0, sink_end) and [lo, p]; the scores of head h sit at
+ * s[h * n_ctx + position]. */
 static void attention_task(void *ctx, int i, int thread)
 {
     const struct attention_job *j = ctx;
     const struct kv_cache *kv = j->kv;
-    const int t = i / j->n_head, h = i % j->n_head, d = j->head_dim;
+    const int t = i / j->n_head_kv, g = i % j->n_head_kv;
+    const int d = j->head_dim, G = j->group, n_ctx = j->be->n_ctx;
     const int p = j->pos0 + t;
     int sink_end, lo;
     kv_visible(&kv->layers[j->il], j->window, p, &sink_end, &lo);
     const int range[2][2] = {{0, sink_end}, {lo, p + 1}};
-    const int kv_off = (h / j->group) * d;
-    const float *q = j->q + ((int64_t)t * j->n_head + h) * d;
-    float *s = j->be->scores + (size_t)thread * (size_t)j->be->n_ctx;
+    float *s = j->be->scores + (size_t)thread * j->be->scores_per_thread;
+    float *row = s + (size_t)G * n_ctx;
+    const float *q = j->q + ((int64_t)t * j->n_head + (int64_t)g * G) * d;
+    float *o = j->out + ((int64_t)t * j->n_head + (int64_t)g * G) * d;
+    float max[MAX_GROUP];
+    double inv[MAX_GROUP];
+    for (int h = 0; h < G; h++)
+        max[h] = -INFINITY;
 
-    float max = -INFINITY;
     for (int r = 0; r < 2; r++)
         for (int k = range[r][0]; k < range[r][1]; k++) {
-            s[k] = kv_dot_key(kv, kv_key_row(kv, j->il, k), kv_off, q) *
-                   j->scale;
-            max = s[k] > max ? s[k] : max;
+            kv_load_head(kv, kv_key_row(kv, j->il, k), g * d, row);
+            for (int h = 0; h < G; h++) {
+                float x = dot_f32(q + h * d, row, d) * j->scale;
+                s[h * n_ctx + k] = x;
+                max[h] = x > max[h] ? x : max[h];
+            }
         }
-    double sum = 0.0;
+    for (int h = 0; h < G; h++) {
+        double sum = 0.0;
+        for (int r = 0; r < 2; r++)
+            sum += exp_shifted(s + h * n_ctx + range[r][0],
+                               range[r][1] - range[r][0], max[h]);
+        inv[h] = 1.0 / sum;
+    }
+    memset(o, 0, (size_t)G * d * sizeof(float));
     for (int r = 0; r < 2; r++)
         for (int k = range[r][0]; k < range[r][1]; k++) {
-            s[k] = expf(s[k] - max);
-            sum += s[k];
+            kv_load_head(kv, kv_value_row(kv, j->il, k), g * d, row);
+            for (int h = 0; h < G; h++)
+                axpy_f32(o + h * d, (float)(s[h * n_ctx + k] * inv[h]), row, d);
         }
-    float *o = j->out + ((int64_t)t * j->n_head + h) * d;
-    memset(o, 0, (size_t)d * sizeof(float));
-    const float inv = (float)(1.0 / sum);
-    for (int r = 0; r < 2; r++)
-        for (int k = range[r][0]; k < range[r][1]; k++)
-            kv_add_value(kv, kv_value_row(kv, j->il, k), kv_off, s[k] * inv, o);
 }
 
 void be_attention(struct backend *be, float *out, const float *q,
@@ -313,8 +417,9 @@ void be_attention(struct backend *be, float *out, const float *q,
 {
     struct attention_job j = {
         .be = be, .out = out, .q = q, .kv = kv, .il = il, .n = n,
-        .pos0 = pos0, .n_head = n_head, .group = n_head / n_head_kv,
-        .head_dim = head_dim, .window = window, .scale = scale,
+        .pos0 = pos0, .n_head = n_head, .n_head_kv = n_head_kv,
+        .group = n_head / n_head_kv, .head_dim = head_dim, .window = window,
+        .scale = scale,
     };
-    pool_run(be->pool, n * n_head, attention_task, &j);
+    pool_run(be->pool, n * n_head_kv, attention_task, &j);
 }

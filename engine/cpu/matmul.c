@@ -3,6 +3,7 @@
  * described in matmul_kernels.h. */
 #include "matmul.h"
 
+#include <immintrin.h>
 #include <math.h>
 #include <string.h>
 
@@ -16,7 +17,8 @@ static size_t prepared_row_bytes(uint32_t weight_type, int64_t n_cols)
     size_t n = (size_t)n_cols;
     switch (act_family_of(weight_type)) {
     case ACT_Q8_0:
-        return round_up64(n) + round_up64(n / 32 * 8 * sizeof(float));
+        return round_up64(n) + round_up64(n / 32 * 8 * sizeof(float)) +
+               (size_t)q8_tile_count(n_cols) * sizeof(struct q8_tile);
     case ACT_Q8_K:
         return round_up64(n) + round_up64(n / 256 * sizeof(float)) +
                round_up64(n / 256 * 16 * sizeof(int16_t));
@@ -27,29 +29,72 @@ static size_t prepared_row_bytes(uint32_t weight_type, int64_t n_cols)
 
 size_t matmul_prepared_bytes(uint32_t weight_type, int64_t n_cols, int n_tokens)
 {
-    return prepared_row_bytes(weight_type, n_cols) * (size_t)n_tokens;
+    /* + 64: room to align the vectors to cache lines (see matmul_prepare) */
+    return prepared_row_bytes(weight_type, n_cols) * (size_t)n_tokens + 64;
 }
 
 /* Q8_0 as llama.cpp quantises activations on x86: the scale is rounded to
  * f16 for the dot product, while the quants use 127/amax unrounded and
- * round half to even. */
+ * round half to even (cvtps rounds to nearest even, like nearbyintf, in
+ * the default rounding mode). */
 static void prepare_q8_0(const float *x, int64_t n, int8_t *q, float *d8)
 {
+    const __m256 abs_mask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
     for (int64_t b = 0; b < n / 32; b++, x += 32, q += 32, d8 += 8) {
-        float amax = 0;
-        for (int j = 0; j < 32; j++)
-            amax = fmaxf(amax, fabsf(x[j]));
+        __m256 v[4], m = _mm256_setzero_ps();
+        for (int k = 0; k < 4; k++) {
+            v[k] = _mm256_loadu_ps(x + 8 * k);
+            m = _mm256_max_ps(m, _mm256_and_ps(v[k], abs_mask));
+        }
+        __m128 m4 = _mm_max_ps(_mm256_castps256_ps128(m),
+                               _mm256_extractf128_ps(m, 1));
+        m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
+        m4 = _mm_max_ss(m4, _mm_movehdup_ps(m4));
+        float amax = _mm_cvtss_f32(m4);
         float id = amax != 0 ? 127.0f / amax : 0;
         float d = fp16_to_f32(f32_to_fp16(amax / 127.0f));
-        for (int j = 0; j < 32; j++)
-            q[j] = (int8_t)nearbyintf(x[j] * id);
-        for (int j = 0; j < 8; j++)
-            d8[j] = d;
+        __m256 vid = _mm256_set1_ps(id);
+        __m256i i0 = _mm256_cvtps_epi32(_mm256_mul_ps(v[0], vid));
+        __m256i i1 = _mm256_cvtps_epi32(_mm256_mul_ps(v[1], vid));
+        __m256i i2 = _mm256_cvtps_epi32(_mm256_mul_ps(v[2], vid));
+        __m256i i3 = _mm256_cvtps_epi32(_mm256_mul_ps(v[3], vid));
+        /* packs work within 128-bit lanes: undo the interleave after */
+        __m256i p = _mm256_packs_epi16(_mm256_packs_epi32(i0, i1),
+                                       _mm256_packs_epi32(i2, i3));
+        p = _mm256_permutevar8x32_epi32(p, _mm256_setr_epi32(0, 4, 1, 5, 2, 6,
+                                                             3, 7));
+        _mm256_storeu_si256((__m256i *)q, p);
+        _mm256_storeu_ps(d8, _mm256_set1_ps(d));
     }
 }
 
-/* Q8_K as llama.cpp's reference: the value of largest magnitude maps to
- * -127 (the scale may be negative), half to even, clamped to 127. */
+/* The tiled copy of prepared Q8_0 quants q (n values) and scales d8: see
+ * struct q8_tile. */
+static void prepare_q8_tiles(uint32_t weight_type, const int8_t *q,
+                             const float *d8, int64_t n, struct q8_tile *tiles)
+{
+    int64_t nb = n / 32;
+    int32_t k = weight_type == KK_Q8_0 ? -128 : weight_type == KK_Q4_0 ? -8 : 0;
+    for (int64_t g = 0; g < q8_tile_count(n); g++) {
+        struct q8_tile *tile = &tiles[g];
+        memset(tile, 0, sizeof *tile);
+        for (int lane = 0; lane < 16; lane++) {
+            int64_t b = g * Q8_TILE_BLOCKS + q8_tile_block(lane);
+            if (b >= nb)
+                continue;
+            const int8_t *qb = q + 32 * b;
+            /* quants 16*(v/4) + 4*(v%4) .. +3 are simply dword v */
+            for (int v = 0; v < 8; v++)
+                memcpy(&tile->q[v][4 * lane], qb + 4 * v, 4);
+            int32_t sum = 0;
+            for (int j = 0; j < 32; j++)
+                sum += qb[j];
+            tile->d[lane] = d8[8 * b];
+            tile->corr[lane] = k * sum;
+        }
+    }
+}
+
 static void prepare_q8_k(const float *x, int64_t n, int8_t *q, float *d,
                          int16_t *bsums)
 {
@@ -99,6 +144,9 @@ void matmul_prepare(uint32_t weight_type, const float *x, int64_t n_cols,
                     int n_tokens, void *buf, struct matmul_input *out)
 {
     enum act_family fam = act_family_of(weight_type);
+    /* Kernels load whole 64-byte vectors of the prepared data, once per
+     * weight row: one that straddles two cache lines costs two loads. */
+    buf = (char *)buf + (-(uintptr_t)buf & 63);
     *out = (struct matmul_input){
         .act_type = fam == ACT_Q8_0   ? KK_Q8_0
                     : fam == ACT_Q8_K ? KK_Q8_K
@@ -116,6 +164,8 @@ void matmul_prepare(uint32_t weight_type, const float *x, int64_t n_cols,
         switch (fam) {
         case ACT_Q8_0:
             prepare_q8_0(xt, n_cols, q, (float *)q8_scales(out, t));
+            prepare_q8_tiles(weight_type, q, q8_scales(out, t), n_cols,
+                             (struct q8_tile *)q8_tiles(out, t));
             break;
         case ACT_Q8_K:
             prepare_q8_k(xt, n_cols, q, (float *)q8k_scales(out, t),

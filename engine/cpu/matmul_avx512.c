@@ -14,6 +14,7 @@
 #include "matmul_kernels.h"
 
 #define GROUP 8
+#define Q8T_GROUP 16
 #define INLINE static inline __attribute__((always_inline))
 
 INLINE float fp16_at(const uint8_t *p)
@@ -153,6 +154,190 @@ INLINE void q8f_row_group(uint32_t type, const uint8_t *row, int64_t nb,
     for (int t = 0; t < nt; t++)
         y[(int64_t)(t0 + t) * ldy + r] = hsum16(acc[t]);
 }
+
+/* ---- Q4_0 and Q8_0 on the tiled activations (struct q8_tile) ----
+ *
+ * A tile of 16 weight blocks is regrouped once per row and token group into
+ * 8 vectors whose lane L holds 4 quants of block q8_tile_block(L): 16-byte
+ * pieces of four blocks fill a vector's four 128-bit lanes, then a 4x4
+ * dword transpose within the lanes across four such vectors puts a
+ * different block in each dword lane. Quants are taken unsigned (Q8_0 xor
+ * 0x80 = w + 128, Q4_0 nibbles = w + 8) for vpdpbusd, and each token's
+ * accumulator starts at the tile's correction (-offset * block sum), so
+ * one token costs 8 vpdpbusd and 3 float operations per 16 blocks. */
+
+INLINE void transpose4x4_epi32(__m512i v[4], __m512i out[4])
+{
+    __m512i t0 = _mm512_unpacklo_epi32(v[0], v[1]);
+    __m512i t1 = _mm512_unpackhi_epi32(v[0], v[1]);
+    __m512i t2 = _mm512_unpacklo_epi32(v[2], v[3]);
+    __m512i t3 = _mm512_unpackhi_epi32(v[2], v[3]);
+    out[0] = _mm512_unpacklo_epi64(t0, t2);
+    out[1] = _mm512_unpackhi_epi64(t0, t2);
+    out[2] = _mm512_unpacklo_epi64(t1, t3);
+    out[3] = _mm512_unpackhi_epi64(t1, t3);
+}
+
+/* 16 bytes at p0..p3 in the four 128-bit lanes. */
+INLINE __m512i load4x128(const uint8_t *p0, const uint8_t *p1,
+                         const uint8_t *p2, const uint8_t *p3)
+{
+    __m512i v = _mm512_castsi128_si512(_mm_loadu_si128((const __m128i *)p0));
+    v = _mm512_inserti32x4(v, _mm_loadu_si128((const __m128i *)p1), 1);
+    v = _mm512_inserti32x4(v, _mm_loadu_si128((const __m128i *)p2), 2);
+    return _mm512_inserti32x4(v, _mm_loadu_si128((const __m128i *)p3), 3);
+}
+
+/* Regroups weight tile g of a row (blocks 16g.., clamped to the last block
+ * nb-1 in a partial tile, whose padding lanes meet zero activations) into
+ * w[8] and the blocks' scales into *dw, lane-matched to struct q8_tile. */
+INLINE void q8t_weights(uint32_t type, const uint8_t *row, int64_t nb,
+                        int64_t g, __m512i w[8], __m512 *dw)
+{
+    const size_t bb = type == KK_Q8_0 ? 34 : 18;
+    const int64_t b0 = g * Q8_TILE_BLOCKS;
+    const uint8_t *base = row + (size_t)b0 * bb;
+    const uint8_t *p[16];
+    __m512i lanes = _mm512_set_epi32(15, 11, 7, 3, 14, 10, 6, 2, 13, 9, 5, 1,
+                                     12, 8, 4, 0);
+    if (b0 + Q8_TILE_BLOCKS <= nb) {
+#pragma GCC unroll 16
+        for (int j = 0; j < 16; j++)
+            p[j] = base + (size_t)j * bb + 2;
+    } else {
+        int64_t last = nb - 1 - b0;
+#pragma GCC unroll 16
+        for (int j = 0; j < 16; j++)
+            p[j] = base + (size_t)(j < last ? j : last) * bb + 2;
+        lanes = _mm512_min_epi32(lanes, _mm512_set1_epi32((int)last));
+    }
+    __m512i v[4];
+    if (type == KK_Q8_0) {
+        const __m512i bias = _mm512_set1_epi8((char)0x80);
+#pragma GCC unroll 2
+        for (int c = 0; c < 2; c++) {
+#pragma GCC unroll 4
+            for (int k = 0; k < 4; k++)
+                v[k] = load4x128(p[4 * k] + 16 * c, p[4 * k + 1] + 16 * c,
+                                 p[4 * k + 2] + 16 * c, p[4 * k + 3] + 16 * c);
+            transpose4x4_epi32(v, w + 4 * c);
+#pragma GCC unroll 4
+            for (int k = 0; k < 4; k++)
+                w[4 * c + k] = _mm512_xor_si512(w[4 * c + k], bias);
+        }
+    } else {
+        const __m512i low4 = _mm512_set1_epi8(0x0f);
+        __m512i hi[4];
+#pragma GCC unroll 4
+        for (int k = 0; k < 4; k++) {
+            __m512i q = load4x128(p[4 * k], p[4 * k + 1], p[4 * k + 2],
+                                  p[4 * k + 3]);
+            v[k] = _mm512_and_si512(q, low4);
+            hi[k] = _mm512_and_si512(_mm512_srli_epi16(q, 4), low4);
+        }
+        transpose4x4_epi32(v, w);
+        transpose4x4_epi32(hi, w + 4);
+    }
+    __m512i idx = _mm512_mullo_epi32(lanes, _mm512_set1_epi32((int)bb));
+    __m512i h = _mm512_i32gather_epi32(idx, (const void *)base, 1);
+    *dw = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(h));
+}
+
+/* Tiles [g0, g1) of row `row` for tokens t0 .. t0+nt-1, accumulating into
+ * acc[t] (kept in memory between calls, so a row can be done in pieces). */
+INLINE void q8t_row_tiles(uint32_t type, const uint8_t *row, int64_t nb,
+                          const struct matmul_input *in, int t0, int nt,
+                          int64_t g0, int64_t g1, __m512 *acc_mem)
+{
+    const struct q8_tile *tiles[Q8T_GROUP];
+    __m512 acc[Q8T_GROUP];
+#pragma GCC unroll 16
+    for (int t = 0; t < nt; t++) {
+        tiles[t] = q8_tiles(in, t0 + t);
+        acc[t] = acc_mem[t];
+    }
+    const size_t bb = type == KK_Q8_0 ? 34 : 18;
+    for (int64_t g = g0; g < g1; g++) {
+        const char *next = (const char *)row + (size_t)(g + 2) * 16 * bb;
+#pragma GCC unroll 9
+        for (size_t off = 0; off < 16 * bb; off += 64)
+            _mm_prefetch(next + off, _MM_HINT_T0);
+        __m512i w[8];
+        __m512 dw;
+        q8t_weights(type, row, nb, g, w, &dw);
+#pragma GCC unroll 16
+        for (int t = 0; t < nt; t++) {
+            const struct q8_tile *a = &tiles[t][g];
+            __m512i s = _mm512_loadu_si512(a->corr);
+#pragma GCC unroll 8
+            for (int k = 0; k < 8; k++)
+                s = _mm512_dpbusd_epi32(s, w[k], load512(a->q[k]));
+            __m512 scale = _mm512_mul_ps(dw, _mm512_loadu_ps(a->d));
+            acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), scale, acc[t]);
+        }
+    }
+#pragma GCC unroll 16
+    for (int t = 0; t < nt; t++)
+        acc_mem[t] = acc[t];
+}
+
+/* Rows go in blocks of Q8T_ROWS and the row in chunks of tiles small enough
+ * that a chunk of the token group's activations stays in L1 while every
+ * row of the block passes over it: otherwise a large batch re-reads its
+ * activations from L2 for every row. How a row is cut into chunks does not
+ * change any token's arithmetic (the accumulators are stored exactly). */
+enum { Q8T_ROWS = 8, Q8T_L1_BYTES = 24 * 1024 };
+
+INLINE void q8t_rows_group(uint32_t type, const uint8_t *w, size_t rb,
+                           int64_t nb, const struct matmul_input *in, int t0,
+                           int nt, float *y, int64_t ldy, int64_t r0,
+                           int64_t r1)
+{
+    __m512 acc[Q8T_ROWS][Q8T_GROUP];
+    const int64_t ng = (nb + Q8_TILE_BLOCKS - 1) / Q8_TILE_BLOCKS;
+    int64_t chunk = Q8T_L1_BYTES / ((int64_t)nt * (int64_t)sizeof(struct q8_tile));
+    chunk = chunk < 1 ? 1 : chunk;
+    for (int64_t rr = r0; rr < r1; rr += Q8T_ROWS) {
+        int nr = r1 - rr < Q8T_ROWS ? (int)(r1 - rr) : Q8T_ROWS;
+        for (int i = 0; i < nr; i++)
+            for (int t = 0; t < nt; t++)
+                acc[i][t] = _mm512_setzero_ps();
+        for (int64_t g = 0; g < ng; g += chunk) {
+            int64_t g1 = g + chunk < ng ? g + chunk : ng;
+            for (int i = 0; i < nr; i++)
+                q8t_row_tiles(type, w + (size_t)(rr + i) * rb, nb, in, t0, nt,
+                              g, g1, acc[i]);
+        }
+        for (int i = 0; i < nr; i++)
+            for (int t = 0; t < nt; t++)
+                y[(int64_t)(t0 + t) * ldy + rr + i] = hsum16(acc[i][t]);
+    }
+}
+
+#define Q8T_CASE(type, k)                                                    \
+    case k: q8t_rows_group(type, w, rb, nb, in, t, k, y, ldy, r0, r1); break;
+
+#define DEFINE_ROWS_Q8T(name, type)                                          \
+    static void name(const uint8_t *w, size_t rb,                            \
+                     const struct matmul_input *in, float *y, int64_t ldy,   \
+                     int64_t r0, int64_t r1)                                 \
+    {                                                                        \
+        const int64_t nb = in->n_cols / 32;                                  \
+        int t = 0;                                                           \
+        for (; t + Q8T_GROUP <= in->n_tokens; t += Q8T_GROUP)                \
+            q8t_rows_group(type, w, rb, nb, in, t, Q8T_GROUP, y, ldy, r0, r1); \
+        switch (in->n_tokens - t) {                                          \
+            Q8T_CASE(type, 1) Q8T_CASE(type, 2) Q8T_CASE(type, 3)            \
+            Q8T_CASE(type, 4) Q8T_CASE(type, 5) Q8T_CASE(type, 6)            \
+            Q8T_CASE(type, 7) Q8T_CASE(type, 8) Q8T_CASE(type, 9)            \
+            Q8T_CASE(type, 10) Q8T_CASE(type, 11) Q8T_CASE(type, 12)         \
+            Q8T_CASE(type, 13) Q8T_CASE(type, 14) Q8T_CASE(type, 15)         \
+        default: break;                                                      \
+        }                                                                    \
+    }
+
+DEFINE_ROWS_Q8T(rows_q4_0, KK_Q4_0)
+DEFINE_ROWS_Q8T(rows_q8_0, KK_Q8_0)
 
 /* ---- Q4_K against Q8_K ---- */
 
@@ -390,9 +575,7 @@ INLINE void row_group(uint32_t type, const uint8_t *row, int64_t n,
         }                                                                    \
     }
 
-DEFINE_ROWS(rows_q4_0, KK_Q4_0)
 DEFINE_ROWS(rows_q5_0, KK_Q5_0)
-DEFINE_ROWS(rows_q8_0, KK_Q8_0)
 DEFINE_ROWS(rows_q4_k, KK_Q4_K)
 DEFINE_ROWS(rows_q6_k, KK_Q6_K)
 DEFINE_ROWS(rows_f32, KK_F32)

@@ -13,6 +13,9 @@
  *                         times so a SIMD load is already a broadcast.
  *                         Quantised as llama.cpp's x86 path does: d =
  *                         fp16(amax/127), q = round-half-even(x * 127/amax)
+ *                         then at q8_tiles(): the same quants again,
+ *                         regrouped for the AVX-512 Q4_0/Q8_0 kernels
+ *                         (struct q8_tile below)
  *   Q8_K family           int8 q[n_cols], then float d[n_cols/256], then
  *   (Q4_K, Q6_K)          int16 bsums[n_cols/256][16] (sums of 16 quants)
  */
@@ -57,6 +60,44 @@ static inline const float *q8_scales(const struct matmul_input *in, int t)
 {
     return (const float *)((const char *)act_token(in, t) +
                            round_up64((size_t)in->n_cols));
+}
+
+/* Q8_0 family, tiled: 16 blocks of 32 per tile (the last tile padded with
+ * zero blocks). Lane L (0..15) of every 64-byte vector belongs to block
+ * q8_tile_block(L) of the tile, so one int32 accumulator lane collects a
+ * whole block's dot product across the tile's 8 vectors and the float
+ * scaling happens once per 16 blocks instead of once per block. Vector v
+ * holds, in lane L, quants 16*(v/4) + 4*(v%4) .. +3 of that lane's block:
+ * the order in which a 4x4 dword transpose within 128-bit lanes leaves
+ * weight blocks loaded 16 bytes at a time (see matmul_avx512.c).
+ * corr is the correction for weights taken unsigned: -128 * (sum of the
+ * block's quants) for Q8_0 (w + 128), -8 * sum for Q4_0 (nibble = w + 8),
+ * 0 for other types. */
+enum { Q8_TILE_BLOCKS = 16 };
+
+struct q8_tile {
+    int8_t q[8][64];
+    float d[16];
+    int32_t corr[16];
+};
+
+static inline int q8_tile_block(int lane)
+{
+    return 4 * (lane % 4) + lane / 4;
+}
+
+static inline int64_t q8_tile_count(int64_t n_cols)
+{
+    return (n_cols / 32 + Q8_TILE_BLOCKS - 1) / Q8_TILE_BLOCKS;
+}
+
+static inline const struct q8_tile *q8_tiles(const struct matmul_input *in,
+                                             int t)
+{
+    return (const struct q8_tile *)((const char *)act_token(in, t) +
+                                    round_up64((size_t)in->n_cols) +
+                                    round_up64((size_t)in->n_cols / 32 * 8 *
+                                               sizeof(float)));
 }
 
 /* Q8_K family: one scale per 256 block, then 16 bsums per block. */
