@@ -125,6 +125,7 @@ bench: $(APP) $(BENCH_MODEL)
 	$(APP) bench -m $(BENCH_MODEL) --threads $(BENCH_THREADS) \
 	    $(if $(wildcard $(SPEC_MODEL)),--spec-model $(SPEC_MODEL)) \
 	    $(if $(wildcard $(SPEC_DRAFT)),--draft $(SPEC_DRAFT))
+	$(if $(wildcard $(SPEC_MODEL)),$(APP) bench --resume --spec-model $(SPEC_MODEL))
 
 # Long-document recall per KV policy: the default model, and the golden
 # gemma3 model (random weights: only agreement with the full cache counts).

@@ -304,6 +304,7 @@ static void on_resize(struct view *v, struct controller *c)
 struct chat_options {
     const char *model, *draft, *db, *doc;
     int n_threads, n_ctx, n_predict;
+    int checkpoint_budget_mib;   /* 0: the store's default */
 };
 
 static int parse_chat(int argc, char **argv, struct chat_options *o)
@@ -326,6 +327,8 @@ static int parse_chat(int argc, char **argv, struct chat_options *o)
             o->n_ctx = args_int(&a, 64, 1 << 20);
         else if (args_is(&a, "-n", "--n-predict"))
             o->n_predict = args_int(&a, 1, 1 << 20);
+        else if (args_is(&a, NULL, "--checkpoint-budget"))
+            o->checkpoint_budget_mib = args_int(&a, 1, 1 << 30);
         else
             args_unknown(&a);
     }
@@ -415,7 +418,9 @@ int chat_main(int argc, char **argv)
                                     .draft_path = have_draft ? draft : NULL,
                                     .db_path = db, .n_ctx = o.n_ctx,
                                     .n_threads = o.n_threads,
-                                    .n_predict = o.n_predict};
+                                    .n_predict = o.n_predict,
+                                    .checkpoint_budget =
+                                        (uint64_t)o.checkpoint_budget_mib << 20};
     if (watch_winch() || controller_open(&c, &co, 80, &err)) {
         controller_close(&c);
         fprintf(stderr, "kakeya: %s\n", err.msg[0] ? err.msg

@@ -5,9 +5,14 @@
  * (weight bytes read per token / bandwidth) and decode's share of it, and
  * the verify cost ratio c(L) = time(forward of L tokens) / time(forward of
  * 1 token) for L = 1..16 — the price of checking a draft block of L tokens.
- * Each timing is the median of several repetitions. */
+ * Each timing is the median of several repetitions.
+ *
+ * `kakeya bench --resume` measures instead what a checkpoint saves when a
+ * long-document conversation is reopened (bench_resume.h), on the default
+ * model or the one given with --spec-model or -m. */
 #include <cJSON.h>
 #include <immintrin.h>
+#include <limits.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -15,7 +20,9 @@
 #include <time.h>
 
 #include "args.h"
+#include "bench_resume.h"
 #include "bench_spec.h"
+#include "chat.h"
 #include "commands.h"
 #include "kakeya.h"
 
@@ -216,6 +223,35 @@ static void add_roofline(cJSON *out, double bw_gbs)
                             dec->valuedouble / roof);
 }
 
+static int run_resume(struct resume_bench_options *ro, const char *given,
+                      int n_threads)
+{
+    char model[PATH_MAX * 2];
+    if (chat_find_model(given, "KAKEYA_MODEL", "kakeya-chat.gguf", model,
+                        sizeof model)) {
+        fprintf(stderr, "kakeya bench --resume: no model found; looked at "
+                        "%s.\nPass one with --spec-model MODEL.gguf.\n", model);
+        return 2;
+    }
+    ro->model = model;
+    ro->n_threads = n_threads;
+    cJSON *out = cJSON_CreateObject();
+    cJSON_AddStringToObject(out, "benchmark", "kakeya-resume");
+    cJSON_AddNumberToObject(out, "threads", n_threads);
+    struct kk_error err = {{0}};
+    int rc = bench_resume(ro, cJSON_AddObjectToObject(out, "resume"), &err);
+    if (rc) {
+        fprintf(stderr, "kakeya bench --resume: %s\n", err.msg);
+    } else {
+        char *text = cJSON_Print(out);
+        if (text)
+            puts(text);
+        free(text);
+    }
+    cJSON_Delete(out);
+    return rc ? 1 : 0;
+}
+
 int cmd_bench(int argc, char **argv)
 {
     struct args a;
@@ -224,6 +260,9 @@ int cmd_bench(int argc, char **argv)
                               .n_decode = 64, .reps = 9};
     struct spec_bench_options so = {.eval_dir = "data/eval", .n_prompts = 8,
                                     .n_predict = 128};
+    struct resume_bench_options ro = {.needles = "data/recall/needles.jsonl",
+                                      .doc_tokens = 2000, .reps = 3};
+    bool resume = false;
     while (args_next(&a)) {
         if (args_is(&a, "-m", "--model"))
             o.model = args_value(&a);
@@ -244,6 +283,12 @@ int cmd_bench(int argc, char **argv)
             so.n_prompts = args_int(&a, 1, 64);
         else if (args_is(&a, NULL, "--block"))
             so.block = args_int(&a, 1, 16);
+        else if (args_is(&a, NULL, "--resume"))
+            resume = true;
+        else if (args_is(&a, NULL, "--doc-tokens"))
+            ro.doc_tokens = args_int(&a, 64, 1 << 16);
+        else if (args_is(&a, NULL, "--needles"))
+            ro.needles = args_value(&a);
         else if (a.opt[0] != '-' && !o.model)
             o.model = a.opt;
         else
@@ -251,6 +296,8 @@ int cmd_bench(int argc, char **argv)
     }
     if (a.failed)
         return 2;
+    if (resume)
+        return run_resume(&ro, so.model ? so.model : o.model, o.n_threads);
     if (!o.model && !so.model) {
         fprintf(stderr, "kakeya bench: needs -m MODEL.gguf and/or "
                         "--spec-model MODEL.gguf [--draft DRAFT.gguf] (make "

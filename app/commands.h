@@ -14,5 +14,6 @@ int cmd_export(int argc, char **argv);
 int cmd_import(int argc, char **argv);
 int cmd_search(int argc, char **argv);
 int cmd_eval_recall(int argc, char **argv);
+int cmd_ask(int argc, char **argv);
 
 #endif

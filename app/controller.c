@@ -8,6 +8,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "checkpoint.h"
 #include "error.h"
 #include "store_edit.h"
 
@@ -133,9 +134,11 @@ static void refresh_list(struct controller *c)
 
 /* ---- engine requests ---- */
 
-/* Sends the conversation (system prompt first) to the engine. */
+/* Sends the conversation (system prompt first) to the engine, with a
+ * checkpoint to restore (may be NULL; taken over). */
 static uint64_t send_conversation(struct controller *c,
-                                  enum engine_request_kind kind)
+                                  enum engine_request_kind kind,
+                                  struct engine_checkpoint *restore)
 {
     size_t n = (size_t)c->n_msgs + 1, k = 0;
     const char **roles = calloc(n, sizeof *roles);
@@ -152,8 +155,11 @@ static uint64_t send_conversation(struct controller *c,
             roles[k] = store_role_name(c->msgs[i].role);
             contents[k++] = c->msgs[i].content;
         }
-        id = engine_thread_submit(c->engine, kind, roles, contents, k);
+        id = engine_thread_submit(c->engine, kind, roles, contents, k,
+                                  c->conv_id, restore);
+        restore = NULL;
     }
+    engine_checkpoint_free(restore);
     free(roles);
     free(contents);
     if (!id)
@@ -185,7 +191,7 @@ static void start_answer(struct controller *c)
     if (c->answer)
         c->answer[0] = 0;
     c->panes.note[0] = 0;
-    c->answer_request = send_conversation(c, ENGINE_REQUEST_GENERATE);
+    c->answer_request = send_conversation(c, ENGINE_REQUEST_GENERATE, NULL);
     if (!c->answer_request)
         return;
     c->streaming = true;
@@ -252,11 +258,37 @@ static void on_ready(struct controller *c, const struct engine_event *ev)
     snprintf(c->panes.draft, sizeof c->panes.draft, "%.90s", ev->draft_name);
     c->panes.proposer = ev->has_draft ? "draft+ngram" : "ngram";
     c->panes.n_ctx = ev->n_ctx;
+    snprintf(c->fingerprint, sizeof c->fingerprint, "%s", ev->fingerprint);
     snprintf(c->model_label, sizeof c->model_label, "%.120s%s%.120s",
              ev->model_name,
              ev->has_draft ? " + " : "", ev->draft_name);
     if (!c->streaming)
         c->panes.note[0] = 0;
+}
+
+/* The engine's state after a request: stored, then the store pruned to
+ * the budget. One transaction of a few MB; a failure costs only a later
+ * recompute, so it is a status-line note. */
+static void on_checkpoint(struct controller *c, const struct engine_event *ev)
+{
+    const struct engine_checkpoint *k = &ev->checkpoint;
+    struct kk_error err = {{0}};
+    if (checkpoint_store(c->store, k->conversation_id, k->fingerprint,
+                         k->token_ids, k->n_tokens, k->blob, k->bytes,
+                         c->checkpoint_budget, &err))
+        snprintf(c->panes.note, sizeof c->panes.note,
+                 "context checkpoint not saved: %.120s", err.msg);
+}
+
+static void on_resume(struct controller *c, const struct engine_event *ev)
+{
+    if (ev->request_id == c->prefill_request)
+        c->resumed_tokens = ev->done;
+    if (ev->done)
+        snprintf(c->panes.note, sizeof c->panes.note,
+                 "restored %d tokens of saved context", ev->done);
+    else
+        controller_notice(c, "%s", ev->text ? ev->text : "");
 }
 
 static void on_event(struct controller *c, struct engine_event *ev)
@@ -296,9 +328,21 @@ static void on_event(struct controller *c, struct engine_event *ev)
             c->prefill_request = 0;
             c->panes.n_tokens = ev->stats.n_tokens;
             c->panes.n_ctx = ev->stats.n_ctx;
-            snprintf(c->panes.note, sizeof c->panes.note,
-                     "%d tokens evaluated into the context", ev->stats.n_prompt);
+            if (c->resumed_tokens)
+                snprintf(c->panes.note, sizeof c->panes.note,
+                         "saved context restored (%d tokens); %d new tokens "
+                         "evaluated", c->resumed_tokens, ev->stats.n_prompt);
+            else
+                snprintf(c->panes.note, sizeof c->panes.note,
+                         "%d tokens evaluated into the context",
+                         ev->stats.n_prompt);
         }
+        break;
+    case ENGINE_EVENT_RESUME:
+        on_resume(c, ev);
+        break;
+    case ENGINE_EVENT_CHECKPOINT:
+        on_checkpoint(c, ev);
         break;
     case ENGINE_EVENT_ERROR:
         if (is_prefill) {
@@ -333,6 +377,44 @@ void controller_tick(struct controller *c, double now)
 
 /* ---- conversations ---- */
 
+/* The newest usable checkpoint of the current conversation, moved into
+ * *out (zeroed when there is none: before the model is ready, the
+ * fingerprint is unknown and the context is recomputed). */
+static void fetch_checkpoint(struct controller *c, struct engine_checkpoint *out)
+{
+    memset(out, 0, sizeof *out);
+    if (!c->fingerprint[0])
+        return;
+    struct store_checkpoint sc;
+    struct kk_error err = {{0}};
+    char note[160];
+    int rc = checkpoint_fetch(c->store, c->conv_id, c->fingerprint, &sc, note,
+                              sizeof note, &err);
+    if (rc < 0) {
+        controller_notice(c, "saved context not read (%s) — recomputing",
+                          err.msg);
+    } else if (rc == 0 && note[0]) {
+        controller_notice(c, "%s", note);
+    } else if (rc == 1) {
+        out->conversation_id = c->conv_id;
+        snprintf(out->fingerprint, sizeof out->fingerprint, "%s",
+                 c->fingerprint);
+        out->blob = sc.kv;
+        out->bytes = sc.kv_bytes;
+        out->token_ids = sc.token_ids;
+        out->n_tokens = sc.n_tokens;
+    }
+}
+
+static void prefill_conversation(struct controller *c)
+{
+    struct engine_checkpoint restore;
+    fetch_checkpoint(c, &restore);
+    c->resumed_tokens = 0;
+    c->prefill_request = send_conversation(c, ENGINE_REQUEST_PREFILL,
+                                           &restore);
+}
+
 static void load_conversation(struct controller *c, int64_t id)
 {
     struct kk_error err = {{0}};
@@ -361,9 +443,10 @@ static void load_conversation(struct controller *c, int64_t id)
     store_conversation_free(&conv);
     c->dirty = true;
     /* Bring the engine's cache to this conversation now, so the next turn
-     * only evaluates the new message. */
+     * only evaluates the new message: from its checkpoint when there is
+     * one for these model files. */
     if (c->n_msgs)
-        c->prefill_request = send_conversation(c, ENGINE_REQUEST_PREFILL);
+        prefill_conversation(c);
 }
 
 static bool busy(struct controller *c)
@@ -569,7 +652,9 @@ void controller_load_document(struct controller *c, const char *path)
     } else if (c->conv_id) {
         msgs_push(c, STORE_ROLE_USER, content, msg_id);
         transcript_add(c->transcript, TRANSCRIPT_USER, content);
-        c->prefill_request = send_conversation(c, ENGINE_REQUEST_PREFILL);
+        c->resumed_tokens = 0;
+        c->prefill_request = send_conversation(c, ENGINE_REQUEST_PREFILL,
+                                               NULL);
         c->panes.progress = 0;
         snprintf(c->panes.note, sizeof c->panes.note, "loading %s", name);
     }
@@ -664,6 +749,7 @@ int controller_open(struct controller *c, const struct controller_options *o,
         return kk_fail(err, "out of memory");
     if (store_open(o->db_path, NULL, &c->store, err))
         return -1;
+    c->checkpoint_budget = o->checkpoint_budget;
     struct engine_config ec = {.model_path = o->model_path,
                                .draft_path = o->draft_path,
                                .n_ctx = o->n_ctx, .n_threads = o->n_threads,
@@ -680,6 +766,15 @@ void controller_close(struct controller *c)
     if (c->streaming && c->engine) {
         engine_thread_request_stop(c->engine);
         commit_answer(c, true);
+    }
+    /* The engine may still hand over the last turn's checkpoint: keep it,
+     * or reopening would recompute the turn. */
+    engine_thread_join(c->engine);
+    struct engine_event ev;
+    while (c->engine && c->store && engine_thread_poll(c->engine, &ev)) {
+        if (ev.kind == ENGINE_EVENT_CHECKPOINT)
+            on_checkpoint(c, &ev);
+        engine_event_free(&ev);
     }
     engine_thread_stop(c->engine);
     store_close(c->store);

@@ -5,7 +5,12 @@
  * flush), the mirror of the current conversation's messages, the
  * transcript and the panes' data, and is the only code that talks to the
  * store. Sends requests to the engine thread and applies its events; it
- * never waits on the engine. chat.c draws what it holds. */
+ * never waits on the engine. chat.c draws what it holds.
+ *
+ * Checkpoints: opening a conversation sends its newest checkpoint for the
+ * loaded model files with the prefill request; the checkpoints the engine
+ * hands back after turns and document loads are stored here and the store
+ * is pruned to the budget (see checkpoint.h). */
 #ifndef KK_CONTROLLER_H
 #define KK_CONTROLLER_H
 
@@ -48,6 +53,9 @@ struct controller {
     /* the app */
     char model_label[256];
     bool model_ready;
+    char fingerprint[72];     /* the model files', once ready */
+    uint64_t checkpoint_budget;
+    int resumed_tokens;       /* restored by the current prefill */
     bool quit;
     bool help_visible;
     bool confirm_delete;
@@ -58,6 +66,7 @@ struct controller {
 struct controller_options {
     const char *model_path, *draft_path, *db_path;
     int n_ctx, n_threads, n_predict;
+    uint64_t checkpoint_budget;   /* bytes; 0: the store's default */
 };
 
 /* Opens the store and starts the engine thread (which loads the models in

@@ -10,6 +10,7 @@
 #include <sys/eventfd.h>
 #include <unistd.h>
 
+#include "checkpoint.h"
 #include "error.h"
 
 struct request {
@@ -19,6 +20,8 @@ struct request {
     size_t n;
     const char **roles;
     char **contents;
+    int64_t conversation_id;
+    struct engine_checkpoint restore;
 };
 
 static void request_free(struct request *r)
@@ -29,6 +32,7 @@ static void request_free(struct request *r)
         free(r->contents[i]);
     free(r->contents);
     free(r->roles);
+    engine_checkpoint_free(&r->restore);
     free(r);
 }
 
@@ -45,6 +49,7 @@ struct engine_thread {
     struct request *req_head, *req_tail;
     struct event_node *ev_head, *ev_tail;
     bool quitting;
+    bool joined;
     uint64_t next_id;
     _Atomic(bool) stop;
     /* engine side */
@@ -55,11 +60,21 @@ struct engine_thread {
     uint64_t current_id;
 };
 
+void engine_checkpoint_free(struct engine_checkpoint *c)
+{
+    if (!c)
+        return;
+    free(c->blob);
+    free(c->token_ids);
+    memset(c, 0, sizeof *c);
+}
+
 void engine_event_free(struct engine_event *ev)
 {
     if (ev) {
         free(ev->text);
         ev->text = NULL;
+        engine_checkpoint_free(&ev->checkpoint);
     }
 }
 
@@ -69,7 +84,8 @@ static void post(struct engine_thread *e, const struct engine_event *ev)
 {
     struct event_node *n = malloc(sizeof *n);
     if (!n) {
-        free(ev->text);
+        struct engine_event lost = *ev;
+        engine_event_free(&lost);
         return;   /* a lost token beats a crash; DONE/ERROR are tiny */
     }
     n->next = NULL;
@@ -134,6 +150,8 @@ static int open_models(struct engine_thread *e, struct engine_event *ready,
         kk_session_new(e->model, &sp, &e->session, err))
         return -1;
     base_name(e->model_path, ready->model_name, sizeof ready->model_name);
+    snprintf(ready->fingerprint, sizeof ready->fingerprint, "%s",
+             kk_model_fingerprint(e->model));
     ready->n_ctx = kk_session_n_ctx(e->session);
     if (!e->draft_path)
         return 0;
@@ -185,22 +203,47 @@ static int tokenize_prompt(struct engine_thread *e, const struct request *r,
     return n;
 }
 
-/* Forgets what the session holds past the longest common prefix with ids;
- * returns how many of ids are already in the cache (at most n - 1, so the
- * last token is always evaluated and gives fresh logits). */
-static int reuse_prefix(struct kk_session *s, const int32_t *ids, int n)
+/* Brings the session to the longest prefix of ids it can have without
+ * computing: what it holds, or the request's checkpoint when that covers
+ * more (a RESUME event tells the UI which). Returns the tokens kept. */
+static int resume(struct engine_thread *e, const struct request *r,
+                  const int32_t *ids, int n)
 {
-    int have;
-    const int32_t *held = kk_session_tokens(s, &have);
-    int common = 0;
-    while (common < have && common < n && held[common] == ids[common])
-        common++;
-    if (common >= n)
-        common = n - 1;
-    if (common < 0)
-        common = 0;
-    kk_session_trim(s, common);
-    return common;
+    const struct engine_checkpoint *c = &r->restore;
+    struct checkpoint_resume res;
+    checkpoint_resume(e->session, c->blob, c->bytes, c->token_ids,
+                      c->n_tokens, ids, n, &res);
+    if (res.restored || res.refused) {
+        struct engine_event ev = {.kind = ENGINE_EVENT_RESUME,
+                                  .request_id = r->id,
+                                  .done = res.restored};
+        ev.text = strdup(res.note);
+        if (ev.text)
+            post(e, &ev);
+    }
+    return res.kept;
+}
+
+/* Posts the session's state for the controller to store. */
+static void post_checkpoint(struct engine_thread *e, const struct request *r)
+{
+    struct engine_event ev = {.kind = ENGINE_EVENT_CHECKPOINT,
+                              .request_id = r->id};
+    struct engine_checkpoint *c = &ev.checkpoint;
+    int n;
+    const int32_t *ids = kk_session_tokens(e->session, &n);
+    c->conversation_id = r->conversation_id;
+    snprintf(c->fingerprint, sizeof c->fingerprint, "%s",
+             kk_model_fingerprint(e->model));
+    c->blob = kk_session_save(e->session, &c->bytes);
+    c->token_ids = malloc(sizeof *ids * (size_t)(n > 0 ? n : 1));
+    c->n_tokens = (size_t)n;
+    if (!c->blob || !c->token_ids) {
+        engine_checkpoint_free(c);   /* only a later recompute is lost */
+        return;
+    }
+    memcpy(c->token_ids, ids, sizeof *ids * (size_t)n);
+    post(e, &ev);
 }
 
 static bool on_token(void *ud, int32_t id, const char *text,
@@ -226,8 +269,10 @@ static void on_progress(void *ud, int done, int total)
     post(e, &ev);
 }
 
+/* Runs one request; *computed says how many prompt tokens it evaluated. */
 static int run_request(struct engine_thread *e, const struct request *r,
-                       struct kk_stats *st, struct kk_error *err)
+                       struct kk_stats *st, int *computed,
+                       struct kk_error *err)
 {
     int32_t *ids = NULL;
     int n = tokenize_prompt(e, r, &ids, err);
@@ -242,7 +287,8 @@ static int run_request(struct engine_thread *e, const struct request *r,
                      "with a larger --ctx", n, n_ctx);
         goto out;
     }
-    int keep = reuse_prefix(e->session, ids, n);
+    int keep = resume(e, r, ids, n);
+    *computed = n - keep;
     if (r->kind == ENGINE_REQUEST_PREFILL) {
         rc = kk_session_eval(e->session, ids + keep, n - keep, false,
                              on_progress, e, err);
@@ -294,16 +340,23 @@ static void *engine_main(void *arg)
     while ((r = next_request(e))) {
         e->current_id = r->id;
         struct kk_stats st = {0};
+        int computed = 0;
         err.msg[0] = 0;
         if (!ok) {
             kk_fail(&err, "no model is loaded (see the message above)");
             post_error(e, r->id, &err);
-        } else if (run_request(e, r, &st, &err)) {
+        } else if (run_request(e, r, &st, &computed, &err)) {
             post_error(e, r->id, &err);
         } else {
             struct engine_event done = {.kind = ENGINE_EVENT_DONE,
                                         .request_id = r->id, .stats = st};
             post(e, &done);
+            /* Worth storing: a turn, or a prefill a reopening would
+             * otherwise redo (not one that only resumed a checkpoint). */
+            if (r->conversation_id &&
+                (r->kind == ENGINE_REQUEST_GENERATE ||
+                 computed >= CHECKPOINT_MIN_NEW_TOKENS))
+                post_checkpoint(e, r);
         }
         request_free(r);
     }
@@ -340,9 +393,9 @@ int engine_thread_start(const struct engine_config *cfg,
     return 0;
 }
 
-void engine_thread_stop(struct engine_thread *e)
+void engine_thread_join(struct engine_thread *e)
 {
-    if (!e)
+    if (!e || e->joined)
         return;
     atomic_store(&e->stop, true);
     pthread_mutex_lock(&e->mu);
@@ -350,6 +403,14 @@ void engine_thread_stop(struct engine_thread *e)
     pthread_cond_signal(&e->cv);
     pthread_mutex_unlock(&e->mu);
     pthread_join(e->thread, NULL);
+    e->joined = true;
+}
+
+void engine_thread_stop(struct engine_thread *e)
+{
+    if (!e)
+        return;
+    engine_thread_join(e);
     for (struct request *r = e->req_head, *next; r; r = next) {
         next = r->next;
         request_free(r);
@@ -376,11 +437,20 @@ int engine_thread_fd(const struct engine_thread *e) { return e->efd; }
 uint64_t engine_thread_submit(struct engine_thread *e,
                               enum engine_request_kind kind,
                               const char *const *roles,
-                              const char *const *contents, size_t n)
+                              const char *const *contents, size_t n,
+                              int64_t conversation_id,
+                              struct engine_checkpoint *restore)
 {
     struct request *r = calloc(1, sizeof *r);
-    if (!r)
+    if (!r) {
+        engine_checkpoint_free(restore);
         return 0;
+    }
+    if (restore) {
+        r->restore = *restore;
+        memset(restore, 0, sizeof *restore);
+    }
+    r->conversation_id = conversation_id;
     r->kind = kind;
     r->n = n;
     r->roles = calloc(n + 1, sizeof *r->roles);

@@ -9,7 +9,14 @@
  * A request carries the whole conversation rendered by the chat template;
  * the engine keeps the longest prefix its session already holds and
  * evaluates only the rest, so a new turn, a switch of conversation, a
- * regenerate or an edit are one and the same request. */
+ * regenerate or an edit are one and the same request.
+ *
+ * Checkpoints (see checkpoint.h): a request may carry the newest stored
+ * checkpoint of its conversation; the engine restores it when it covers
+ * more of the prompt than the session holds. After a turn, or a prefill
+ * that computed at least CHECKPOINT_MIN_NEW_TOKENS, the engine saves its
+ * session and hands the bytes back in a CHECKPOINT event for the
+ * controller to store: the engine never touches the store. */
 #ifndef KK_ENGINE_THREAD_H
 #define KK_ENGINE_THREAD_H
 
@@ -33,19 +40,38 @@ enum engine_event_kind {
     ENGINE_EVENT_PROGRESS, /* done / total of a prefill */
     ENGINE_EVENT_DONE,     /* the request finished: final stats */
     ENGINE_EVENT_ERROR,    /* message in err; the request is over */
+    ENGINE_EVENT_RESUME,   /* a checkpoint was restored (done: its tokens)
+                              or refused (done 0, text says why) */
+    ENGINE_EVENT_CHECKPOINT, /* checkpoint: the session after a request */
 };
+
+/* A restored-context checkpoint on its way to the engine (to restore) or
+ * back (to store). Owns its buffers. */
+struct engine_checkpoint {
+    int64_t conversation_id;
+    char fingerprint[72];      /* the model files' (kk_model_fingerprint) */
+    void *blob;                /* kk_session_save's bytes */
+    size_t bytes;
+    int32_t *token_ids;        /* the tokens the blob holds */
+    size_t n_tokens;
+};
+
+/* Frees the buffers and zeroes c; NULL-safe. */
+void engine_checkpoint_free(struct engine_checkpoint *c);
 
 struct engine_event {
     enum engine_event_kind kind;
     uint64_t request_id;
-    char *text;                 /* TOKEN; owned by the event */
+    char *text;                 /* TOKEN, RESUME; owned by the event */
     struct kk_stats stats;      /* TOKEN, DONE */
-    int done, total;            /* PROGRESS */
+    int done, total;            /* PROGRESS; RESUME: done */
+    struct engine_checkpoint checkpoint;   /* CHECKPOINT; owned */
     struct kk_error err;        /* ERROR */
     /* READY */
     char model_name[128], draft_name[128];
     int n_ctx;
     bool has_draft;
+    char fingerprint[72];       /* the target model files' */
 };
 
 void engine_event_free(struct engine_event *ev);
@@ -62,7 +88,11 @@ struct engine_thread;
 int engine_thread_start(const struct engine_config *cfg,
                         struct engine_thread **out, struct kk_error *err);
 /* Asks the thread to stop the current request, finish and exit; joins it.
- * NULL-safe. */
+ * The events it posted stay for engine_thread_poll (the last checkpoint
+ * among them). NULL-safe; once is enough, engine_thread_stop does it too. */
+void engine_thread_join(struct engine_thread *e);
+/* Joins the thread (engine_thread_join) and frees everything, events not
+ * yet polled included. NULL-safe. */
 void engine_thread_stop(struct engine_thread *e);
 
 /* The fd to poll for events (readable while events wait). */
@@ -70,12 +100,17 @@ int engine_thread_fd(const struct engine_thread *e);
 
 /* Queues a request: the conversation as n messages (roles "system",
  * "user", "assistant"; static strings), which the engine thread renders
- * with the model's chat template. The contents are copied. Returns the
- * request's id (> 0), or 0 when out of memory. Clears the stop flag. */
+ * with the model's chat template. The contents are copied.
+ * conversation_id tags the checkpoint saved after it (0: none is saved).
+ * restore may be NULL; otherwise its buffers are taken over and *restore
+ * is zeroed, whatever the outcome. Returns the request's id (> 0), or 0
+ * when out of memory. Clears the stop flag. */
 uint64_t engine_thread_submit(struct engine_thread *e,
                               enum engine_request_kind kind,
                               const char *const *roles,
-                              const char *const *contents, size_t n);
+                              const char *const *contents, size_t n,
+                              int64_t conversation_id,
+                              struct engine_checkpoint *restore);
 
 /* Asks the running request to stop at the next step boundary. */
 void engine_thread_request_stop(struct engine_thread *e);

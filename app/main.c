@@ -7,7 +7,8 @@
 
 static const char usage[] =
     "usage: kakeya [--model F] [--draft F] [--db F] [--doc FILE] [--threads N]\n"
-    "              [--ctx N] [--n-predict N]     the interactive chat\n"
+    "              [--ctx N] [--n-predict N] [--checkpoint-budget MIB]\n"
+    "                                            the interactive chat\n"
     "       kakeya COMMAND [options]\n"
     "\n"
     "  run       -m MODEL.gguf -p PROMPT [-n N] [--greedy | --temp T --top-p P\n"
@@ -18,10 +19,14 @@ static const char usage[] =
     "  mkmodel   --shape NAME --type F16|Q8_0|Q4_0 -o FILE [--vocab-from GGUF]\n"
     "            [--seed S] | --list   random weights, real shapes\n"
     "  bench     -m MODEL.gguf [--threads N] [--quick]   speed, as JSON\n"
+    "            --resume [--spec-model MODEL.gguf]   checkpoint resume vs\n"
+    "            recompute over a 2,000-token document\n"
     "  list      [--db FILE]                 stored conversations\n"
     "  export    ID [--format md|json] [-o FILE] [--db FILE]\n"
     "  import    FILE.json|- [--db FILE]\n"
     "  search    TEXT... [--limit N] [--db FILE]   full-text search\n"
+    "  ask       [-c ID] [--model F] [--db F] QUESTION [< DOCUMENT]\n"
+    "            one stored turn, answer on stdout, conversation id on stderr\n"
     "  eval-recall -m MODEL.gguf [--needles FILE]  long-document recall\n"
     "            per KV-cache policy\n"
     "\n"
@@ -38,7 +43,7 @@ int main(int argc, char **argv)
         {"bench", cmd_bench},     {"list", cmd_list},
         {"export", cmd_export},   {"import", cmd_import},
         {"search", cmd_search},   {"uibench", chat_uibench},
-        {"eval-recall", cmd_eval_recall},
+        {"eval-recall", cmd_eval_recall}, {"ask", cmd_ask},
     };
     /* No subcommand (or only options): the interactive chat. */
     if (argc < 2 || (argv[1][0] == '-' && strcmp(argv[1], "--help") &&

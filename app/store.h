@@ -211,6 +211,12 @@ int store_get_checkpoint(struct store *s, int64_t conversation_id,
                          enum store_checkpoint_status *status,
                          struct kk_error *err);
 void store_checkpoint_free(struct store_checkpoint *c);
+/* Deletes the checkpoints of the conversation for this fingerprint but
+ * the newest: it covers what they cover, and stale ones would otherwise
+ * push other conversations' checkpoints out of the budget. */
+int store_drop_superseded_checkpoints(struct store *s, int64_t conversation_id,
+                                      const char *model_fingerprint,
+                                      struct kk_error *err);
 /* Deletes least recently used checkpoints until the rest fit in
  * budget_bytes (token ids + KV bytes). n_deleted may be NULL. */
 int store_prune_checkpoints(struct store *s, uint64_t budget_bytes,

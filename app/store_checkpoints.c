@@ -187,6 +187,20 @@ void store_checkpoint_free(struct store_checkpoint *c)
     memset(c, 0, sizeof *c);
 }
 
+int store_drop_superseded_checkpoints(struct store *s, int64_t conversation_id,
+                                      const char *model_fingerprint,
+                                      struct kk_error *err)
+{
+    /* "Newest" as store_get_checkpoint orders them. */
+    return sql_do(s, "dropping superseded checkpoints", err,
+                  "DELETE FROM checkpoints WHERE conversation_id = ?1 AND "
+                  "model_fingerprint = ?2 AND id NOT IN (SELECT id FROM "
+                  "checkpoints WHERE conversation_id = ?1 AND "
+                  "model_fingerprint = ?2 ORDER BY created_at DESC, id DESC "
+                  "LIMIT 1)", "it", conversation_id,
+                  model_fingerprint ? model_fingerprint : "");
+}
+
 int store_prune_checkpoints(struct store *s, uint64_t budget_bytes,
                             int *n_deleted, struct kk_error *err)
 {

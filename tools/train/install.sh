@@ -6,7 +6,7 @@ o=tools/train/out
 cat $o/kakeya-chat.gguf.part0 $o/kakeya-chat.gguf.part1 > data/models/kakeya-chat.gguf
 cp $o/kakeya-draft.gguf data/models/kakeya-draft.gguf
 cp $o/tokenizer.json data/models/kakeya-tokenizer.json
-cp $o/target.log tools/train/runs/target.log
-cp $o/draft.log tools/train/runs/draft.log
+cp $o/target*.log tools/train/runs/ 2>/dev/null || true
+cp $o/draft*.log tools/train/runs/ 2>/dev/null || true
 cp $o/eval.json tools/train/runs/eval.json
 ls -l data/models
