@@ -181,6 +181,10 @@ static void print_stats(const struct kk_stats *st, enum kk_spec_mode spec)
                     "%.1f tok/s%s\n", st->n_prompt, st->prefill_tok_per_s,
             st->n_generated, st->decode_tok_per_s,
             st->stopped_at_eog ? " | stopped at end of generation" : "");
+    if (st->stopped_at_context_limit)
+        fprintf(stderr, "stopped: the context (%d tokens) is full; raise "
+                        "--ctx, or use --kv-window N --kv-sinks S (lossy) "
+                        "to keep going past it\n", st->n_ctx);
     fprintf(stderr, "KV cache: %.1f%% saved (%.2f of %.2f MiB as full f16)\n",
             100.0 * st->kv_saved, st->kv_resident_bytes / 1048576.0,
             st->kv_full_bytes / 1048576.0);

@@ -323,6 +323,10 @@ static void on_event(struct controller *c, struct engine_event *ev)
             end_answer(c);
             if (ev->stats.stopped_by_request)
                 controller_notice(c, "stopped; the partial answer is kept");
+            else if (ev->stats.stopped_at_context_limit)
+                controller_notice(c, "the context is full: the answer was cut "
+                                     "here. /new starts a fresh conversation; "
+                                     "kakeya --ctx N allows a longer one");
         } else if (is_prefill) {
             c->panes.progress = -1;
             c->prefill_request = 0;

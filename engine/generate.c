@@ -228,7 +228,10 @@ static int step(struct generation *g, struct kk_error *err)
     L = L < left - 1 ? L : left - 1;
     L = L < room - 1 ? L : room - 1;
     if (room <= 0) {
-        g->is_done = true;  /* context full: the caller decides what next */
+        /* Context full: stop and report it; the caller decides what next
+         * (start over, drop old turns, or a sink+window cache). */
+        g->st.stopped_at_context_limit = true;
+        g->is_done = true;
         return 0;
     }
     if (propose(g, L < 0 ? 0 : L, err))

@@ -199,6 +199,7 @@ struct kk_stats {
     double kv_saved;        /* 1 - resident / full */
     bool stopped_by_request;
     bool stopped_at_eog;
+    bool stopped_at_context_limit; /* the context filled up: say so */
 };
 
 /* Called for each committed token with its id, the text it completes (may

@@ -422,6 +422,34 @@ static void test_stop_request_ends_at_a_step_boundary(void **state)
     kk_model_close(m);
 }
 
+/* Generation that fills the context stops there and says so, with every
+ * committed token in the history. */
+static void test_full_context_stops_and_says_so(void **state)
+{
+    struct kk_model *m = testutil_open_golden("llama256-f32");
+    if (!m)
+        skip();
+    struct kk_session_params sp = {.n_ctx = 48, .n_threads = 2};
+    struct kk_session *s, *d;
+    struct kk_error err;
+    assert_int_equal(kk_session_new(m, &sp, &s, &err), 0);
+    assert_int_equal(kk_session_new(m, &sp, &d, &err), 0);
+    int32_t prompt[256];
+    int n_prompt = prompt_of(m, prompts[1], prompt);
+    struct kk_generate_params gp = {.n_predict = 200, .spec = KK_SPEC_DRAFT,
+                                    .draft = d, .block = 8};
+    struct run r = {.n = 0};
+    struct kk_stats st;
+    assert_int_equal(kk_generate(s, prompt, n_prompt, &gp, collect, &r, &st,
+                                 &err), 0);
+    assert_true(st.stopped_at_context_limit);
+    assert_int_equal(kk_session_n_tokens(s), 48);
+    assert_int_equal(r.n, 48 - n_prompt);
+    kk_session_free(d);
+    kk_session_free(s);
+    kk_model_close(m);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -434,6 +462,7 @@ int main(void)
         cmocka_unit_test(test_rejection_sampling_keeps_target_distribution),
         cmocka_unit_test(test_cache_holds_exactly_committed_tokens),
         cmocka_unit_test(test_stop_request_ends_at_a_step_boundary),
+        cmocka_unit_test(test_full_context_stops_and_says_so),
     };
     return cmocka_run_group_tests_name("spec", tests, NULL, NULL);
 }
