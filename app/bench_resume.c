@@ -15,6 +15,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "bench_util.h"
 #include "checkpoint.h"
 #include "error.h"
 #include "store.h"
@@ -25,25 +26,6 @@ static const char system_prompt[] = "You are Kakeya, a helpful assistant.";
 static const char question1[] = "Summarise the document in one sentence.";
 static const char question2[] = "Which command does the document describe "
                                 "first, and what is it for?";
-
-static double now_seconds(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
-static int cmp_double(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
-}
-
-static double median(double *v, int n)
-{
-    qsort(v, (size_t)n, sizeof *v, cmp_double);
-    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
 
 /* ---- the document ---- */
 
@@ -194,7 +176,7 @@ static bool on_token(void *ud, int32_t id, const char *text,
     struct first_token *ft = ud;
     if (id >= 0 && ft->id < 0) {
         ft->id = id;
-        ft->at = now_seconds();
+        ft->at = bench_now();
     }
     return text_add(&ft->answer, text, strlen(text)) == 0;
 }
@@ -248,11 +230,11 @@ static int first_turn(struct fixture *fx, struct first_token *ft,
         store_create_conversation(st, "bench --resume", system_prompt, NULL,
                                   NULL, &fx->conv, err))
         goto out;
-    double t0 = now_seconds();
+    double t0 = bench_now();
     if (checkpoint_store(st, fx->conv, kk_model_fingerprint(fx->m), held,
                          (size_t)n_held, blob, fx->checkpoint_bytes, 0, err))
         goto out;
-    fx->write_seconds = now_seconds() - t0;
+    fx->write_seconds = bench_now() - t0;
     rc = 0;
 out:
     store_close(st);
@@ -278,7 +260,7 @@ static int time_recompute(struct fixture *fx, struct timing *t,
     struct kk_stats st;
     if (kk_session_new(fx->m, &fx->sp, &s, err))
         return -1;
-    ft.t0 = now_seconds();
+    ft.t0 = bench_now();
     int n = render(fx->m, fx->contents, 4, &ids, err);
     int rc = n < 0 ? -1 : generate(s, ids, n, 1, &ft, &st, err);
     t->ttft = ft.at - ft.t0;
@@ -304,22 +286,22 @@ static int time_resume(struct fixture *fx, struct store *store,
     int rc = -1;
     if (kk_session_new(fx->m, &fx->sp, &s, err))
         return -1;
-    ft.t0 = now_seconds();
+    ft.t0 = bench_now();
     if (checkpoint_fetch(store, fx->conv, kk_model_fingerprint(fx->m), &ck,
                          note, sizeof note, err) != 1) {
         if (!err->msg[0])
             kk_fail(err, "the checkpoint was not found: %s", note);
         goto out;
     }
-    t->read = now_seconds() - ft.t0;
+    t->read = bench_now() - ft.t0;
     int n = render(fx->m, fx->contents, 4, &ids, err);
     if (n < 0)
         goto out;
-    double r0 = now_seconds();
+    double r0 = bench_now();
     struct checkpoint_resume res;
     checkpoint_resume(s, ck.kv, ck.kv_bytes, ck.token_ids, ck.n_tokens, ids, n,
                       &res);
-    t->restore = now_seconds() - r0;
+    t->restore = bench_now() - r0;
     if (!res.restored) {
         kk_fail(err, "the checkpoint was not restored: %s", res.note);
         goto out;
@@ -345,10 +327,10 @@ static int measure(struct fixture *fx, const struct resume_bench_options *o,
     bool same = true;
     int reps = o->reps < 1 ? 1 : o->reps > MAX_REPS ? MAX_REPS : o->reps;
     struct store *store = NULL;
-    double t0 = now_seconds();
+    double t0 = bench_now();
     if (store_open(fx->db, NULL, &store, err))
         return -1;
-    double open_s = now_seconds() - t0;
+    double open_s = bench_now() - t0;
     int rc = 0;
     for (int i = 0; i < reps && !rc; i++) {
         rc = time_recompute(fx, &ta, err) || time_resume(fx, store, &tb, err);
@@ -361,7 +343,7 @@ static int measure(struct fixture *fx, const struct resume_bench_options *o,
     store_close(store);
     if (rc)
         return -1;
-    double ma = median(a, reps), mb = median(b, reps);
+    double ma = bench_median(a, reps), mb = bench_median(b, reps);
     cJSON *rec = cJSON_AddObjectToObject(out, "recompute");
     cJSON_AddNumberToObject(rec, "time_to_first_token_ms", ma * 1e3);
     cJSON_AddNumberToObject(rec, "tokens_computed", ta.computed);
@@ -370,8 +352,8 @@ static int measure(struct fixture *fx, const struct resume_bench_options *o,
     cJSON_AddNumberToObject(res, "tokens_computed", tb.computed);
     cJSON_AddNumberToObject(res, "tokens_restored", tb.restored);
     cJSON_AddNumberToObject(res, "store_open_ms", open_s * 1e3);
-    cJSON_AddNumberToObject(res, "store_read_ms", median(read, reps) * 1e3);
-    cJSON_AddNumberToObject(res, "restore_ms", median(restore, reps) * 1e3);
+    cJSON_AddNumberToObject(res, "store_read_ms", bench_median(read, reps) * 1e3);
+    cJSON_AddNumberToObject(res, "restore_ms", bench_median(restore, reps) * 1e3);
     cJSON_AddNumberToObject(out, "speedup", mb > 0 ? ma / mb : 0);
     cJSON_AddBoolToObject(out, "same_first_token", same);
     cJSON_AddNumberToObject(out, "reps", reps);

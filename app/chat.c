@@ -376,34 +376,45 @@ static void loop(struct view *v, struct controller *c)
     }
 }
 
+int chat_resolve_paths(const char *cmd, const char *model, const char *draft,
+                       const char *db, struct chat_paths *out)
+{
+    memset(out, 0, sizeof *out);
+    if (chat_find_model(model, "KAKEYA_MODEL", "kakeya-chat.gguf", out->model,
+                        sizeof out->model)) {
+        fprintf(stderr, "%s: no model found; looked at %s.\n"
+                        "Pass one with --model FILE.gguf or set "
+                        "KAKEYA_MODEL.\n", cmd, out->model);
+        return -1;
+    }
+    if (draft)
+        snprintf(out->draft, sizeof out->draft, "%s", draft);
+    out->has_draft = draft ||
+        (!model && !getenv("KAKEYA_MODEL") &&
+         chat_find_model(NULL, NULL, "kakeya-draft.gguf", out->draft,
+                         sizeof out->draft) == 0);
+    struct kk_error err = {{0}};
+    if (db) {
+        snprintf(out->db, sizeof out->db, "%s", db);
+    } else if (store_default_path(out->db, sizeof out->db, &err)) {
+        fprintf(stderr, "%s: %s\n", cmd, err.msg);
+        return -1;
+    }
+    return 0;
+}
+
 int chat_main(int argc, char **argv)
 {
     struct chat_options o;
     int rc = parse_chat(argc, argv, &o);
     if (rc)
         return rc;
-    char model[PATH_MAX * 2], draft[PATH_MAX * 2], db[PATH_MAX];
-    if (chat_find_model(o.model, "KAKEYA_MODEL", "kakeya-chat.gguf", model,
-                        sizeof model)) {
-        fprintf(stderr, "kakeya: no model found; looked at %s.\n"
-                        "Pass one with --model FILE.gguf or set "
-                        "KAKEYA_MODEL.\n", model);
+    struct chat_paths paths;
+    if (chat_resolve_paths("kakeya", o.model, o.draft, o.db, &paths))
         return 1;
-    }
-    /* The default draft only goes with the default target. */
-    bool have_draft = o.draft ||
-        (!o.model && !getenv("KAKEYA_MODEL") &&
-         chat_find_model(NULL, NULL, "kakeya-draft.gguf", draft,
-                         sizeof draft) == 0);
-    if (o.draft)
-        snprintf(draft, sizeof draft, "%s", o.draft);
+    const char *model = paths.model, *draft = paths.draft, *db = paths.db;
+    bool have_draft = paths.has_draft;
     struct kk_error err = {{0}};
-    if (o.db)
-        snprintf(db, sizeof db, "%s", o.db);
-    else if (store_default_path(db, sizeof db, &err)) {
-        fprintf(stderr, "kakeya: %s\n", err.msg);
-        return 1;
-    }
     setlocale(LC_ALL, "");
     if (!strstr(setlocale(LC_CTYPE, NULL), "UTF-8") &&
         !strstr(setlocale(LC_CTYPE, NULL), "utf8"))

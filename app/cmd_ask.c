@@ -505,28 +505,12 @@ int cmd_ask(int argc, char **argv)
     int rc = parse_ask(argc, argv, &o);
     if (rc)
         return rc;
-    char model[PATH_MAX * 2], draft[PATH_MAX * 2], db[PATH_MAX];
-    if (chat_find_model(o.model, "KAKEYA_MODEL", "kakeya-chat.gguf", model,
-                        sizeof model)) {
-        fprintf(stderr, "kakeya ask: no model found; looked at %s.\n"
-                        "Pass one with --model FILE.gguf or set "
-                        "KAKEYA_MODEL.\n", model);
+    struct chat_paths paths;
+    if (chat_resolve_paths("kakeya ask", o.model, o.draft, o.db, &paths))
         return 1;
-    }
-    /* The default draft only goes with the default target (as the chat). */
-    bool have_draft = o.draft ||
-        (!o.model && !getenv("KAKEYA_MODEL") &&
-         chat_find_model(NULL, NULL, "kakeya-draft.gguf", draft,
-                         sizeof draft) == 0);
-    if (o.draft)
-        snprintf(draft, sizeof draft, "%s", o.draft);
+    const char *model = paths.model, *draft = paths.draft, *db = paths.db;
+    bool have_draft = paths.has_draft;
     struct kk_error err = {{0}};
-    if (o.db)
-        snprintf(db, sizeof db, "%s", o.db);
-    else if (store_default_path(db, sizeof db, &err)) {
-        fprintf(stderr, "kakeya ask: %s\n", err.msg);
-        return 1;
-    }
     bool failed;
     char *document = read_document(&failed);
     if (failed)

@@ -20,30 +20,12 @@
 #include <time.h>
 
 #include "args.h"
+#include "bench_util.h"
 #include "bench_resume.h"
 #include "bench_spec.h"
 #include "chat.h"
 #include "commands.h"
 #include "kakeya.h"
-
-static double now_seconds(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
-}
-
-static int cmp_double(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
-}
-
-static double median(double *v, int n)
-{
-    qsort(v, (size_t)n, sizeof *v, cmp_double);
-    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
 
 /* ---- memory bandwidth: n threads each sum their slice of a buffer ---- */
 
@@ -84,7 +66,7 @@ static double memory_bandwidth_gbs(int n_threads)
     for (int rep = 0; rep < 5; rep++) {
         struct bw_slice s[64];
         pthread_t th[64];
-        double t0 = now_seconds();
+        double t0 = bench_now();
         for (int i = 0; i < n_threads; i++) {
             s[i] = (struct bw_slice){(const __m256i *)buf + vecs * (size_t)i,
                                      vecs, 0};
@@ -92,7 +74,7 @@ static double memory_bandwidth_gbs(int n_threads)
         }
         for (int i = 0; i < n_threads; i++)
             pthread_join(th[i], NULL);
-        double gbs = (double)vecs * 32 * n_threads / (now_seconds() - t0) / 1e9;
+        double gbs = (double)vecs * 32 * n_threads / (bench_now() - t0) / 1e9;
         best = gbs > best ? gbs : best;
     }
     free(buf);
@@ -123,10 +105,10 @@ static void fill_tokens(int32_t *ids, int n, int n_vocab)
 static int time_eval(struct kk_session *s, const int32_t *ids, int n,
                      bool all_logits, double *seconds, struct kk_error *err)
 {
-    double t0 = now_seconds();
+    double t0 = bench_now();
     if (kk_session_eval(s, ids, n, all_logits, NULL, NULL, err))
         return -1;
-    *seconds = now_seconds() - t0;
+    *seconds = bench_now() - t0;
     return 0;
 }
 
@@ -144,7 +126,7 @@ static int measure_verify_cost(struct kk_session *s, const int32_t *ids,
                 return -1;
             kk_session_trim(s, base);
         }
-        double med = median(t, reps);
+        double med = bench_median(t, reps);
         if (L == 1)
             t1 = med;
         cJSON *e = cJSON_CreateObject();
@@ -201,7 +183,7 @@ static int run_bench(const struct bench_options *o, cJSON *out,
     cJSON_AddNumberToObject(out, "decode_tokens", n_steps);
     cJSON_AddNumberToObject(out, "decode_tok_per_s", n_steps / t_dec);
     cJSON_AddNumberToObject(out, "decode_ms_median",
-                            median(steps, n_steps) * 1e3);
+                            bench_median(steps, n_steps) * 1e3);
     rc = measure_verify_cost(s, &ids[o->n_prefill], o->reps, out, err);
 done:
     free(ids);
