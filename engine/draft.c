@@ -24,6 +24,17 @@ static int common_prefix(const struct kk_session *d, const int32_t *history,
     return n;
 }
 
+int draft_catch_up(struct kk_session *d, const int32_t *history,
+                   int n_history, struct kk_error *err)
+{
+    int keep = common_prefix(d, history, n_history);
+    if (n_history - 1 <= keep)
+        return 0;
+    kk_session_trim(d, keep);
+    return session_append_eval(d, history + keep, n_history - 1 - keep, 1,
+                               NULL, NULL, err);
+}
+
 int draft_propose(struct kk_session *d, const int32_t *history,
                   int n_history, int max, const struct kk_sampling *sampling,
                   uint64_t *rng, float *scratch, struct proposal *out,

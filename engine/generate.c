@@ -331,6 +331,10 @@ static int start(struct generation *g, const int32_t *prompt, int n_prompt,
     double t0 = now_seconds();
     if (session_append_eval(s, prompt, n_prompt, 1, NULL, NULL, err))
         return -1;
+    if (g->p->draft && g->p->spec != KK_SPEC_NGRAM &&
+        g->p->spec != KK_SPEC_OFF &&
+        draft_catch_up(g->p->draft, s->tokens, s->n_tokens, err))
+        return -1;
     g->st.prefill_seconds = now_seconds() - t0;
     if (g->st.prefill_seconds > 0)
         g->st.prefill_tok_per_s = n_prompt / g->st.prefill_seconds;

@@ -39,4 +39,10 @@ int draft_propose(struct kk_session *draft, const int32_t *history,
                   uint64_t *rng, float *scratch, struct proposal *out,
                   struct kk_error *err);
 
+/* Brings the draft session up to the target's history now (all but the
+ * last token, whose logits the next proposal computes): called after the
+ * prompt's prefill, so a long prompt's draft pass counts as prefill. */
+int draft_catch_up(struct kk_session *draft, const int32_t *history,
+                   int n_history, struct kk_error *err);
+
 #endif
