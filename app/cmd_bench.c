@@ -205,6 +205,22 @@ static void add_roofline(cJSON *out, double bw_gbs)
                             dec->valuedouble / roof);
 }
 
+/* Prints the report (or the error) and frees it; the exit status. */
+static int finish(cJSON *out, int rc, const char *cmd,
+                  const struct kk_error *err)
+{
+    if (rc) {
+        fprintf(stderr, "%s: %s\n", cmd, err->msg);
+    } else {
+        char *text = cJSON_Print(out);
+        if (text)
+            puts(text);
+        free(text);
+    }
+    cJSON_Delete(out);
+    return rc ? 1 : 0;
+}
+
 static int run_resume(struct resume_bench_options *ro, const char *given,
                       int n_threads)
 {
@@ -222,16 +238,7 @@ static int run_resume(struct resume_bench_options *ro, const char *given,
     cJSON_AddNumberToObject(out, "threads", n_threads);
     struct kk_error err = {{0}};
     int rc = bench_resume(ro, cJSON_AddObjectToObject(out, "resume"), &err);
-    if (rc) {
-        fprintf(stderr, "kakeya bench --resume: %s\n", err.msg);
-    } else {
-        char *text = cJSON_Print(out);
-        if (text)
-            puts(text);
-        free(text);
-    }
-    cJSON_Delete(out);
-    return rc ? 1 : 0;
+    return finish(out, rc, "kakeya bench --resume", &err);
 }
 
 int cmd_bench(int argc, char **argv)
@@ -304,14 +311,5 @@ int cmd_bench(int argc, char **argv)
     if (!rc && so.model)
         rc = bench_speculative(&so, cJSON_AddObjectToObject(out, "speculative"),
                                &err);
-    if (rc) {
-        fprintf(stderr, "kakeya bench: %s\n", err.msg);
-    } else {
-        char *text = cJSON_Print(out);
-        if (text)
-            puts(text);
-        free(text);
-    }
-    cJSON_Delete(out);
-    return rc ? 1 : 0;
+    return finish(out, rc, "kakeya bench", &err);
 }
