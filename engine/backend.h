@@ -25,9 +25,10 @@ int backend_threads(const struct backend *be);
 
 /* Makes room for passes of up to max_tokens rows over matrices of up to
  * max_cols columns, attending over up to n_ctx positions with heads of
- * head_dim. May be called again with larger numbers. */
+ * head_dim, `group` query heads sharing each key/value head. May be called
+ * again with larger numbers. */
 int backend_reserve(struct backend *be, int max_tokens, int64_t max_cols,
-                    int n_ctx, int head_dim, struct kk_error *err);
+                    int n_ctx, int head_dim, int group, struct kk_error *err);
 
 /* y[t][r] = W[r] · x[t] for n rows of x (width w->n_cols); y has width
  * w->n_rows. Reads each weight row once for the whole batch. */

@@ -67,7 +67,8 @@ int forward_new(const struct model *m, struct backend *be, int max_batch,
     int64_t max_cols = hp->n_embd;
     max_cols = q_dim > max_cols ? q_dim : max_cols;
     max_cols = hp->n_ff > max_cols ? hp->n_ff : max_cols;
-    if (backend_reserve(be, max_batch, max_cols, n_ctx, hp->head_dim, err)) {
+    if (backend_reserve(be, max_batch, max_cols, n_ctx, hp->head_dim,
+                        hp->n_head / hp->n_head_kv, err)) {
         forward_free(f);
         return -1;
     }

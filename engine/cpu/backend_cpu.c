@@ -36,6 +36,10 @@ enum { MATMUL_CHUNK_ROWS = 16 };
  * once; the model loader refuses larger groups. */
 enum { MAX_GROUP = 64 };
 
+/* Queries of one batch that attention handles together: each key and value
+ * row is converted once for all of them (prefill, verification). */
+enum { ATTN_TILE = 8 };
+
 struct backend {
     struct pool *pool;
     int n_threads;
@@ -43,9 +47,10 @@ struct backend {
     size_t prep_bytes;
     int64_t max_cols;
     float *scores;         /* per thread: scores_per_thread floats */
-    size_t scores_per_thread; /* MAX_GROUP * n_ctx scores + one head row */
+    size_t scores_per_thread; /* tile * group * n_ctx scores + a row */
     int n_ctx;
     int head_dim;
+    int group;             /* query heads per key/value head */
     int max_tokens;
 };
 
@@ -92,7 +97,7 @@ static int grow(void **buf, size_t bytes, struct kk_error *err)
 }
 
 int backend_reserve(struct backend *be, int max_tokens, int64_t max_cols,
-                    int n_ctx, int head_dim, struct kk_error *err)
+                    int n_ctx, int head_dim, int group, struct kk_error *err)
 {
     static const uint32_t types[] = {KK_F32, KK_F16, KK_BF16, KK_Q8_0,
                                      KK_Q4_0, KK_Q5_0, KK_Q4_K, KK_Q6_K};
@@ -112,16 +117,18 @@ int backend_reserve(struct backend *be, int max_tokens, int64_t max_cols,
         be->max_cols = cols;
         be->max_tokens = toks;
     }
-    if (n_ctx > be->n_ctx || head_dim > be->head_dim) {
+    if (n_ctx > be->n_ctx || head_dim > be->head_dim || group > be->group) {
         int ctx = n_ctx > be->n_ctx ? n_ctx : be->n_ctx;
         int hd = head_dim > be->head_dim ? head_dim : be->head_dim;
-        size_t per = (size_t)MAX_GROUP * (size_t)ctx + (size_t)hd;
+        int grp = group > be->group ? group : be->group;
+        size_t per = (size_t)ATTN_TILE * (size_t)grp * (size_t)ctx + (size_t)hd;
         if (grow((void **)&be->scores,
                  (size_t)be->n_threads * per * sizeof(float), err))
             return -1;
         be->scores_per_thread = per;
         be->n_ctx = ctx;
         be->head_dim = hd;
+        be->group = grp;
     }
     return 0;
 }
@@ -361,53 +368,88 @@ struct attention_job {
     float scale;
 };
 
-/* Task i: query row t = i / n_head_kv and key/value head g = i % n_head_kv,
- * with the `group` query heads that share it (GQA): each key and value row
- * is converted to f32 once and used by all of them. Visible positions are
- * two ranges, [0, sink_end) and [lo, p]; the scores of head h sit at
- * s[h * n_ctx + position]. */
+/* Which positions query p sees: [0, sink_end) and [lo, p]. */
+struct visible {
+    int sink_end, lo, p;
+};
+
+static bool sees(const struct visible *v, int k)
+{
+    return k < v->sink_end || (k >= v->lo && k <= v->p);
+}
+
+/* Task i: a tile of up to ATTN_TILE consecutive query rows and one
+ * key/value head g = i % n_head_kv, with the `group` query heads sharing it
+ * (GQA). Every query does exactly the arithmetic it would do alone — the
+ * same dot products, in the same order — so batched and token-by-token
+ * evaluation agree to the bit. Scores of query r, head h sit at
+ * s[(r * group + h) * n_ctx + position]. */
 static void attention_task(void *ctx, int i, int thread)
 {
     const struct attention_job *j = ctx;
     const struct kv_cache *kv = j->kv;
-    const int t = i / j->n_head_kv, g = i % j->n_head_kv;
+    const int g = i % j->n_head_kv, t0 = (i / j->n_head_kv) * ATTN_TILE;
+    const int nt = j->n - t0 < ATTN_TILE ? j->n - t0 : ATTN_TILE;
     const int d = j->head_dim, G = j->group, n_ctx = j->be->n_ctx;
-    const int p = j->pos0 + t;
-    int sink_end, lo;
-    kv_visible(&kv->layers[j->il], j->window, p, &sink_end, &lo);
-    const int range[2][2] = {{0, sink_end}, {lo, p + 1}};
+    struct visible vis[ATTN_TILE];
+    int first = INT32_MAX, last = 0, sinks = 0;
+    for (int r = 0; r < nt; r++) {
+        vis[r].p = j->pos0 + t0 + r;
+        kv_visible(&kv->layers[j->il], j->window, vis[r].p, &vis[r].sink_end,
+                   &vis[r].lo);
+        first = vis[r].lo < first ? vis[r].lo : first;
+        sinks = vis[r].sink_end > sinks ? vis[r].sink_end : sinks;
+        last = vis[r].p;
+    }
     float *s = j->be->scores + (size_t)thread * j->be->scores_per_thread;
-    float *row = s + (size_t)G * n_ctx;
-    const float *q = j->q + ((int64_t)t * j->n_head + (int64_t)g * G) * d;
-    float *o = j->out + ((int64_t)t * j->n_head + (int64_t)g * G) * d;
-    float max[MAX_GROUP];
-    double inv[MAX_GROUP];
-    for (int h = 0; h < G; h++)
-        max[h] = -INFINITY;
-
-    for (int r = 0; r < 2; r++)
-        for (int k = range[r][0]; k < range[r][1]; k++) {
-            kv_load_head(kv, kv_key_row(kv, j->il, k), g * d, row);
+    float *row = s + (size_t)ATTN_TILE * G * n_ctx;
+    float max[ATTN_TILE][MAX_GROUP];
+    double inv[ATTN_TILE][MAX_GROUP];
+    for (int r = 0; r < nt; r++)
+        for (int h = 0; h < G; h++)
+            max[r][h] = -INFINITY;
+    /* Keys in [0, sinks) and [first, last], each converted once. */
+    const int span[2][2] = {{0, sinks}, {first > sinks ? first : sinks, last + 1}};
+    for (int part = 0; part < 2; part++)
+    for (int k = span[part][0]; k < span[part][1]; k++) {
+        kv_load_head(kv, kv_key_row(kv, j->il, k), g * d, row);
+        for (int r = 0; r < nt; r++) {
+            if (!sees(&vis[r], k))
+                continue;
+            const float *q = j->q + ((int64_t)(t0 + r) * j->n_head +
+                                     (int64_t)g * G) * d;
             for (int h = 0; h < G; h++) {
                 float x = dot_f32(q + h * d, row, d) * j->scale;
-                s[h * n_ctx + k] = x;
-                max[h] = x > max[h] ? x : max[h];
+                s[(size_t)(r * G + h) * n_ctx + k] = x;
+                max[r][h] = x > max[r][h] ? x : max[r][h];
             }
         }
-    for (int h = 0; h < G; h++) {
-        double sum = 0.0;
-        for (int r = 0; r < 2; r++)
-            sum += exp_shifted(s + h * n_ctx + range[r][0],
-                               range[r][1] - range[r][0], max[h]);
-        inv[h] = 1.0 / sum;
     }
-    memset(o, 0, (size_t)G * d * sizeof(float));
-    for (int r = 0; r < 2; r++)
-        for (int k = range[r][0]; k < range[r][1]; k++) {
-            kv_load_head(kv, kv_value_row(kv, j->il, k), g * d, row);
-            for (int h = 0; h < G; h++)
-                axpy_f32(o + h * d, (float)(s[h * n_ctx + k] * inv[h]), row, d);
+    for (int r = 0; r < nt; r++)
+        for (int h = 0; h < G; h++) {
+            float *sr = s + (size_t)(r * G + h) * n_ctx;
+            double sum = exp_shifted(sr, vis[r].sink_end, max[r][h]) +
+                         exp_shifted(sr + vis[r].lo, vis[r].p + 1 - vis[r].lo,
+                                     max[r][h]);
+            inv[r][h] = 1.0 / sum;
         }
+    for (int r = 0; r < nt; r++)
+        memset(j->out + ((int64_t)(t0 + r) * j->n_head + (int64_t)g * G) * d, 0,
+               (size_t)G * d * sizeof(float));
+    for (int part = 0; part < 2; part++)
+    for (int k = span[part][0]; k < span[part][1]; k++) {
+        kv_load_head(kv, kv_value_row(kv, j->il, k), g * d, row);
+        for (int r = 0; r < nt; r++) {
+            if (!sees(&vis[r], k))
+                continue;
+            float *o = j->out + ((int64_t)(t0 + r) * j->n_head +
+                                 (int64_t)g * G) * d;
+            for (int h = 0; h < G; h++)
+                axpy_f32(o + h * d,
+                         (float)(s[(size_t)(r * G + h) * n_ctx + k] * inv[r][h]),
+                         row, d);
+        }
+    }
 }
 
 void be_attention(struct backend *be, float *out, const float *q,
@@ -421,5 +463,6 @@ void be_attention(struct backend *be, float *out, const float *q,
         .group = n_head / n_head_kv, .head_dim = head_dim, .window = window,
         .scale = scale,
     };
-    pool_run(be->pool, n * n_head_kv, attention_task, &j);
+    int tiles = (n + ATTN_TILE - 1) / ATTN_TILE;
+    pool_run(be->pool, tiles * n_head_kv, attention_task, &j);
 }
