@@ -5,7 +5,10 @@
  * generation g by a compare-and-swap from (g, i) to (g, i + 1); only then
  * does it read the slot. That is safe because the caller publishes the next
  * job only after every task of the current one has completed, and a claim
- * can only succeed while its generation is current. */
+ * can only succeed while its generation is current. Before rewriting the
+ * slot the caller also closes the finished job (index CLOSED): a worker
+ * still holding an old claim word would otherwise compare its index with
+ * the new job's task count and could win a claim meant for the new job. */
 #include "threadpool.h"
 
 #include <immintrin.h>
@@ -48,19 +51,22 @@ static uint32_t generation_of(uint64_t claim)
     return (uint32_t)(claim >> 32);
 }
 
+/* The task index of a finished job: no claim can follow it. */
+#define CLOSED UINT32_MAX
+
 /* Claims and runs tasks of generation gen until none is left. */
 static void run_tasks(struct pool *p, uint32_t gen, int thread)
 {
     uint64_t c = atomic_load_explicit(&p->claim, memory_order_acquire);
     while (generation_of(c) == gen) {
-        int i = (int)(uint32_t)c;
-        if (i >= p->n_tasks)
+        uint32_t i = (uint32_t)c;
+        if (i == CLOSED || i >= (uint32_t)p->n_tasks)
             return;
         if (!atomic_compare_exchange_weak_explicit(&p->claim, &c, c + 1,
                                                    memory_order_acq_rel,
                                                    memory_order_acquire))
             continue;
-        p->task(p->ctx, i, thread);
+        p->task(p->ctx, (int)i, thread);
         atomic_fetch_add_explicit(&p->completed, 1, memory_order_release);
         c = atomic_load_explicit(&p->claim, memory_order_acquire);
     }
@@ -166,11 +172,13 @@ void pool_run(struct pool *p, int n_tasks, pool_task_fn task, void *ctx)
             task(ctx, i, 0);
         return;
     }
+    uint32_t gen = generation_of(atomic_load(&p->claim));
+    atomic_store(&p->claim, (uint64_t)gen << 32 | CLOSED);
+    gen++;
     p->task = task;
     p->ctx = ctx;
     p->n_tasks = n_tasks;
     atomic_store_explicit(&p->completed, 0, memory_order_relaxed);
-    uint32_t gen = generation_of(atomic_load(&p->claim)) + 1;
     atomic_store_explicit(&p->claim, (uint64_t)gen << 32,
                           memory_order_release);
     if (atomic_load(&p->sleepers) > 0) {
