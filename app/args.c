@@ -6,6 +6,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "overflow.h"
+
 void args_init(struct args *a, const char *cmd, int argc, char **argv)
 {
     memset(a, 0, sizeof *a);
@@ -98,5 +100,16 @@ void args_unknown(struct args *a)
     else
         fprintf(stderr, "%s: unexpected argument '%s' (see kakeya --help)\n",
                 a->cmd, a->opt);
+    a->failed = true;
+}
+
+void args_overflow(struct args *a, enum overflow_policy *out)
+{
+    const char *v = args_value(a);
+    if (v && overflow_parse(v, out) == 0)
+        return;
+    if (v)
+        fprintf(stderr, "%s: --overflow wants ask, refuse, drop or sink, not "
+                        "'%s'\n", a->cmd, v);
     a->failed = true;
 }

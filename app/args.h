@@ -34,6 +34,10 @@ int args_int(struct args *a, int lo, int hi);
 double args_float(struct args *a, double lo, double hi);
 uint64_t args_u64(struct args *a);
 
+/* --overflow POLICY: ask, refuse, drop or sink (see overflow.h). */
+enum overflow_policy;
+void args_overflow(struct args *a, enum overflow_policy *out);
+
 /* Reports an unknown option or unexpected positional. */
 void args_unknown(struct args *a);
 

@@ -229,6 +229,9 @@ static void on_action(struct view *v, struct controller *c,
     case KEY_ACTION_COPY: controller_copy_last(c, NULL); break;
     case KEY_ACTION_REDRAW: clearok(curscr, TRUE); break;
     case KEY_ACTION_QUIT: c->quit = true; break;
+    case KEY_ACTION_OVERFLOW_DROP: controller_overflow_choose(c, OVERFLOW_DROP); break;
+    case KEY_ACTION_OVERFLOW_SINK: controller_overflow_choose(c, OVERFLOW_SINK); break;
+    case KEY_ACTION_OVERFLOW_REFUSE: controller_overflow_choose(c, OVERFLOW_REFUSE); break;
     default: break;
     }
     c->dirty = true;
@@ -250,7 +253,9 @@ static void on_key(struct view *v, struct controller *c, int key)
         c->dirty = true;
         return;
     }
-    const struct key_binding *k = keys_lookup(key, c->streaming);
+    int state = (c->streaming ? KEYS_STREAMING : 0) |
+                (c->choice.open && input_is_empty() ? KEYS_CHOOSING : 0);
+    const struct key_binding *k = keys_lookup(key, state);
     if (k) {
         on_action(v, c, k->action);
         return;
@@ -305,6 +310,7 @@ struct chat_options {
     const char *model, *draft, *db, *doc;
     int n_threads, n_ctx, n_predict;
     int checkpoint_budget_mib;   /* 0: the store's default */
+    enum overflow_policy overflow;
 };
 
 static int parse_chat(int argc, char **argv, struct chat_options *o)
@@ -329,6 +335,8 @@ static int parse_chat(int argc, char **argv, struct chat_options *o)
             o->n_predict = args_int(&a, 1, 1 << 20);
         else if (args_is(&a, NULL, "--checkpoint-budget"))
             o->checkpoint_budget_mib = args_int(&a, 1, 1 << 30);
+        else if (args_is(&a, NULL, "--overflow"))
+            args_overflow(&a, &o->overflow);
         else
             args_unknown(&a);
     }
@@ -430,6 +438,7 @@ int chat_main(int argc, char **argv)
                                     .db_path = db, .n_ctx = o.n_ctx,
                                     .n_threads = o.n_threads,
                                     .n_predict = o.n_predict,
+                                    .overflow = o.overflow,
                                     .checkpoint_budget =
                                         (uint64_t)o.checkpoint_budget_mib << 20};
     if (watch_winch() || controller_open(&c, &co, 80, &err)) {

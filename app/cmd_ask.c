@@ -23,6 +23,7 @@
 #include "commands.h"
 #include "error.h"
 #include "kakeya.h"
+#include "overflow.h"
 #include "store.h"
 
 enum { MAX_DOCUMENT_BYTES = 8 << 20, TITLE_CHARS = 48 };
@@ -32,6 +33,7 @@ struct ask_options {
     int64_t conversation_id;      /* 0: a new conversation */
     int n_threads, n_ctx, n_predict;
     int checkpoint_budget_mib;    /* 0: the store's default */
+    enum overflow_policy overflow; /* ask reads as refuse: no one to ask */
 };
 
 /* Set by SIGINT/SIGTERM; generation stops at the next step boundary and
@@ -73,6 +75,8 @@ static int parse_ask(int argc, char **argv, struct ask_options *o)
             o->n_predict = args_int(&a, 1, 1 << 20);
         else if (args_is(&a, NULL, "--checkpoint-budget"))
             o->checkpoint_budget_mib = args_int(&a, 1, 1 << 30);
+        else if (args_is(&a, NULL, "--overflow"))
+            args_overflow(&a, &o->overflow);
         else if (a.opt[0] != '-' && !o->question)
             o->question = a.opt;
         else
@@ -147,7 +151,34 @@ struct engine {
     struct kk_model *model, *draft_model;
     struct kk_session *session, *draft;
     const char *model_path, *draft_path;   /* draft_path NULL: none used */
+    int base_ctx;                          /* the context first opened */
 };
+
+/* --overflow sink: new sessions with room for need tokens and the LOSSY
+ * sink+window cache on global layers, as many positions as before. */
+static int engine_sink(struct engine *g, const struct ask_options *o,
+                       int need, struct kk_error *err)
+{
+    int old = kk_session_n_ctx(g->session);
+    struct kk_session_params sp = {
+        .n_ctx = 2 * old > need ? 2 * old : (need + 255) / 256 * 256,
+        .n_threads = o->n_threads, .kv_sinks = 4,
+        .kv_window = g->base_ctx - 4 - 17 > 16 ? g->base_ctx - 4 - 17 : 16};
+    struct kk_session *s = NULL, *ds = NULL;
+    if (kk_session_new(g->model, &sp, &s, err) ||
+        (g->draft_model && kk_session_new(g->draft_model, &sp, &ds, err))) {
+        kk_session_free(s);
+        return -1;
+    }
+    kk_session_free(g->session);
+    kk_session_free(g->draft);
+    g->session = s;
+    g->draft = ds;
+    fprintf(stderr, "kakeya ask: sink+window (LOSSY): context %d tokens; "
+                    "global layers keep only the first %d and the last %d "
+                    "positions\n", sp.n_ctx, sp.kv_sinks, sp.kv_window);
+    return 0;
+}
 
 static void engine_close(struct engine *g)
 {
@@ -165,6 +196,7 @@ static int engine_open(struct engine *g, const struct ask_options *o,
     if (kk_model_open(g->model_path, &g->model, err) ||
         kk_session_new(g->model, &sp, &g->session, err))
         return -1;
+    g->base_ctx = kk_session_n_ctx(g->session);
     if (!g->draft_path)
         return 0;
     struct kk_error derr = {{0}};
@@ -251,44 +283,76 @@ static bool on_token(void *ud, int32_t id, const char *text,
 }
 
 /* The conversation's messages as the chat template takes them (system
- * prompt first), rendered and tokenized; returns the count or -1. */
-static int render(struct kk_model *m, const char *system_prompt,
-                  const struct store_message *msgs, size_t n, int32_t **ids,
-                  struct kk_error *err)
+ * prompt first) into roles/contents (n + 1 entries); returns how many. */
+static size_t conversation_messages(const char *system_prompt,
+                                    const struct store_message *msgs,
+                                    size_t n, const char **roles,
+                                    const char **contents)
 {
-    const char **roles = calloc(n + 1, sizeof *roles);
-    const char **contents = calloc(n + 1, sizeof *contents);
-    char *text = NULL;
     size_t k = 0;
-    if (roles && contents) {
-        if (system_prompt[0]) {
-            roles[k] = "system";
-            contents[k++] = system_prompt;
-        }
-        for (size_t i = 0; i < n; i++) {
-            if (msgs[i].role == STORE_ROLE_SYSTEM)
-                continue;
-            roles[k] = store_role_name(msgs[i].role);
-            contents[k++] = msgs[i].content;
-        }
-        text = kk_chat_render(m, roles, contents, k, true);
+    if (system_prompt[0]) {
+        roles[k] = "system";
+        contents[k++] = system_prompt;
     }
-    free(roles);
-    free(contents);
-    if (!text)
-        return kk_fail(err, "out of memory rendering the conversation");
-    struct kk_model_info info;
-    kk_model_get_info(m, &info);
-    size_t len = strlen(text);
-    int count = kk_tokenize(m, text, len, info.add_bos, true, NULL, 0, err);
-    if (count >= 0) {
-        *ids = malloc(sizeof **ids * (size_t)(count + 1));
-        count = !*ids ? kk_fail(err, "out of memory tokenizing")
-                      : kk_tokenize(m, text, len, info.add_bos, true, *ids,
-                                    count, err);
+    for (size_t i = 0; i < n; i++) {
+        if (msgs[i].role == STORE_ROLE_SYSTEM)
+            continue;
+        roles[k] = store_role_name(msgs[i].role);
+        contents[k++] = msgs[i].content;
     }
-    free(text);
-    return count;
+    return k;
+}
+
+/* Renders and tokenizes the conversation into *ids, under the overflow
+ * policy when it does not fit with room for the answer (reserve): drop
+ * leaves the oldest turns out, sink re-creates the sessions; refuse (and
+ * ask) fails with what to do. Returns the token count or -1. */
+static int render_fitting(struct engine *g, const struct ask_options *o,
+                          const char *const *roles,
+                          const char *const *contents, size_t n,
+                          int32_t **ids, struct kk_error *err)
+{
+    int count = overflow_tokenize(g->model, roles, contents, n, true, ids,
+                                  err);
+    int n_ctx = kk_session_n_ctx(g->session);
+    int reserve = overflow_reserve(n_ctx, o->n_predict);
+    if (count < 0 || count + reserve <= n_ctx)
+        return count;
+    if (o->overflow == OVERFLOW_SINK)
+        return engine_sink(g, o, count + reserve, err) ? -1 : count;
+    struct overflow_model om = {g->model, true};
+    struct overflow_plan plan;
+    if (overflow_plan(roles, contents, n, n_ctx, reserve,
+                      overflow_count_model, &om, &plan, err))
+        return -1;
+    if (o->overflow == OVERFLOW_DROP && plan.can_drop) {
+        const char **r = calloc(n + 1, sizeof *r), **c = calloc(n + 1, sizeof *c);
+        int kept = -1;
+        if (!r || !c) {
+            kk_fail(err, "out of memory");
+        } else {
+            size_t k = overflow_apply(&plan, roles, contents, n, r, c);
+            free(*ids);
+            *ids = NULL;
+            kept = overflow_tokenize(g->model, r, c, k, true, ids, err);
+        }
+        free(r);
+        free(c);
+        if (kept >= 0)
+            fprintf(stderr, "kakeya ask: left the %d oldest turn%s out of the "
+                            "model's context (%d of %d tokens now); they "
+                            "stay in the conversation\n",
+                    plan.n_dropped_turns, plan.n_dropped_turns == 1 ? "" : "s",
+                    kept, n_ctx);
+        return kept;
+    }
+    char what[512];
+    overflow_describe(&plan, what, sizeof what);
+    return kk_fail(err, "%s. Nothing was sent to the model (the question is "
+                   "saved). Pass %s--overflow sink (LOSSY sink+window), or a "
+                   "larger --ctx", what,
+                   plan.can_drop ? "--overflow drop (leave the oldest turns "
+                                   "out of the model's context), " : "");
 }
 
 /* Stores the document (as the chat does: a documents row and a user
@@ -369,7 +433,8 @@ static int resume_from_store(struct store *s, int64_t conv,
 }
 
 /* Generates the answer into the started turn t; 0 or -1. */
-static int answer(struct engine *g, struct turn *t, const struct ask_options *o,
+static int answer(struct engine *g, struct turn *t,
+                  const struct ask_options *o,
                   const char *system_prompt, struct kk_stats *st,
                   int *restored, struct kk_error *err)
 {
@@ -383,7 +448,18 @@ static int answer(struct engine *g, struct turn *t, const struct ask_options *o,
     size_t n_msgs = n_all;
     if (n_msgs && msgs[n_msgs - 1].id == t->answer_id)
         n_msgs--;
-    int n = render(g->model, system_prompt, msgs, n_msgs, &ids, err);
+    const char **roles = calloc(n_msgs + 1, sizeof *roles);
+    const char **contents = calloc(n_msgs + 1, sizeof *contents);
+    int n = -1;
+    if (!roles || !contents)
+        kk_fail(err, "out of memory");
+    else
+        n = render_fitting(g, o, roles, contents,
+                           conversation_messages(system_prompt, msgs, n_msgs,
+                                                 roles, contents),
+                           &ids, err);
+    free(roles);
+    free(contents);
     if (n < 0)
         goto out;
     int n_ctx = kk_session_n_ctx(g->session);

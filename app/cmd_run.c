@@ -6,7 +6,9 @@
 
 #include "args.h"
 #include "commands.h"
+#include "error.h"
 #include "kakeya.h"
+#include "overflow.h"
 
 struct run_options {
     const char *model;
@@ -24,6 +26,7 @@ struct run_options {
     bool parse_special;
     bool ignore_eos;
     struct kk_sampling sampling;
+    enum overflow_policy overflow;   /* refuse (ask reads so) or sink */
 };
 
 static void parse_spec(struct args *a, struct run_options *o)
@@ -106,6 +109,8 @@ static int parse_run(int argc, char **argv, struct run_options *o)
             o->kv.kv_sinks = args_int(&a, 0, 1024);
         else if (args_is(&a, NULL, "--kv-full"))
             o->kv.kv_full_sliding = true;
+        else if (args_is(&a, NULL, "--overflow"))
+            args_overflow(&a, &o->overflow);
         else
             args_unknown(&a);
     }
@@ -113,6 +118,12 @@ static int parse_run(int argc, char **argv, struct run_options *o)
         return 2;
     if (!o->model || !o->prompt) {
         fprintf(stderr, "kakeya run: needs -m MODEL.gguf and -p PROMPT\n");
+        return 2;
+    }
+    if (o->overflow == OVERFLOW_DROP) {
+        fprintf(stderr, "kakeya run: --overflow drop leaves out whole turns, "
+                        "and a raw prompt has none: use --overflow sink "
+                        "(lossy) or a larger --ctx\n");
         return 2;
     }
     if (!o->spec_given)
@@ -183,8 +194,8 @@ static void print_stats(const struct kk_stats *st, enum kk_spec_mode spec)
             st->stopped_at_eog ? " | stopped at end of generation" : "");
     if (st->stopped_at_context_limit)
         fprintf(stderr, "stopped: the context (%d tokens) is full; raise "
-                        "--ctx, or use --kv-window N --kv-sinks S (lossy) "
-                        "to keep going past it\n", st->n_ctx);
+                        "--ctx, or use --overflow sink (lossy) to keep going "
+                        "past it\n", st->n_ctx);
     fprintf(stderr, "KV cache: %.1f%% saved (%.2f of %.2f MiB as full f16)\n",
             100.0 * st->kv_saved, st->kv_resident_bytes / 1048576.0,
             st->kv_full_bytes / 1048576.0);
@@ -199,6 +210,40 @@ static void print_stats(const struct kk_stats *st, enum kk_spec_mode spec)
             st->accepted_by[KK_PROPOSER_DRAFT],
             st->accepted_by[KK_PROPOSER_TARGET], st->draft_seconds,
             st->verify_seconds);
+}
+
+/* The prompt plus -n (and a draft block) must fit the context: refused
+ * with what to do, or under --overflow sink the session is made again
+ * with room for it and the LOSSY sink+window cache (*sp updated). */
+static int fit_context(struct kk_model *m, const struct run_options *o,
+                       int n_prompt, struct kk_session **s,
+                       struct kk_session_params *sp, struct kk_error *err)
+{
+    int n_ctx = kk_session_n_ctx(*s);
+    int need = n_prompt + o->n_predict + 17;
+    if (need <= n_ctx)
+        return 0;
+    if (o->overflow != OVERFLOW_SINK)
+        return kk_fail(err, "the prompt (%d tokens) and -n %d need %d tokens "
+                       "but the context holds %d: pass a larger --ctx, a "
+                       "smaller -n, or --overflow sink (LOSSY sink+window)",
+                       n_prompt, o->n_predict, need, n_ctx);
+    struct kk_session_params p = *sp;
+    p.n_ctx = (need + 255) / 256 * 256;
+    if (!p.kv_window) {
+        p.kv_sinks = 4;
+        p.kv_window = n_ctx - 4 - 17 > 16 ? n_ctx - 4 - 17 : 16;
+    }
+    struct kk_session *fresh;
+    if (kk_session_new(m, &p, &fresh, err))
+        return -1;
+    kk_session_free(*s);
+    *s = fresh;
+    *sp = p;
+    fprintf(stderr, "kakeya run: --overflow sink: context %d tokens, LOSSY: "
+                    "global layers keep only the first %d and the last %d "
+                    "positions\n", p.n_ctx, p.kv_sinks, p.kv_window);
+    return 0;
 }
 
 /* Opens the draft model and its session, checking its vocabulary. */
@@ -239,7 +284,8 @@ int cmd_run(int argc, char **argv)
     rc = 1;
     if (kk_model_open(o.model, &m, &err) ||
         (n = prompt_ids(m, &o, &ids, &err)) < 0 ||
-        kk_session_new(m, &sp, &s, &err))
+        kk_session_new(m, &sp, &s, &err) ||
+        fit_context(m, &o, n, &s, &sp, &err))
         goto out;
     sp.n_ctx = kk_session_n_ctx(s);
     if (open_draft(m, &o, &sp, &dm, &ds, &err))

@@ -135,10 +135,13 @@ static void refresh_list(struct controller *c)
 /* ---- engine requests ---- */
 
 /* Sends the conversation (system prompt first) to the engine, with a
- * checkpoint to restore (may be NULL; taken over). */
-static uint64_t send_conversation(struct controller *c,
-                                  enum engine_request_kind kind,
-                                  struct engine_checkpoint *restore)
+ * checkpoint to restore (may be NULL; taken over), under an overflow
+ * policy (reserve 0: the default room for the answer). */
+static uint64_t send_conversation_policy(struct controller *c,
+                                         enum engine_request_kind kind,
+                                         struct engine_checkpoint *restore,
+                                         enum overflow_policy policy,
+                                         int reserve)
 {
     size_t n = (size_t)c->n_msgs + 1, k = 0;
     const char **roles = calloc(n, sizeof *roles);
@@ -155,8 +158,9 @@ static uint64_t send_conversation(struct controller *c,
             roles[k] = store_role_name(c->msgs[i].role);
             contents[k++] = c->msgs[i].content;
         }
-        id = engine_thread_submit(c->engine, kind, roles, contents, k,
-                                  c->conv_id, restore);
+        id = engine_thread_submit_policy(c->engine, kind, roles, contents,
+                                         k, c->conv_id, restore, policy,
+                                         reserve);
         restore = NULL;
     }
     engine_checkpoint_free(restore);
@@ -165,6 +169,13 @@ static uint64_t send_conversation(struct controller *c,
     if (!id)
         controller_notice(c, "error: out of memory sending the conversation");
     return id;
+}
+
+static uint64_t send_conversation(struct controller *c,
+                                  enum engine_request_kind kind,
+                                  struct engine_checkpoint *restore)
+{
+    return send_conversation_policy(c, kind, restore, c->overflow, 0);
 }
 
 static void stats_for_store(const struct controller *c,
@@ -179,7 +190,8 @@ static void stats_for_store(const struct controller *c,
 }
 
 /* Starts an answer to the conversation as it stands. */
-static void start_answer(struct controller *c)
+static void start_answer_policy(struct controller *c,
+                                enum overflow_policy policy, int reserve)
 {
     struct kk_error err = {{0}};
     if (store_begin_answer(c->store, c->conv_id, &c->answer_id, &err)) {
@@ -191,7 +203,10 @@ static void start_answer(struct controller *c)
     if (c->answer)
         c->answer[0] = 0;
     c->panes.note[0] = 0;
-    c->answer_request = send_conversation(c, ENGINE_REQUEST_GENERATE, NULL);
+    c->overflow_note[0] = 0;
+    c->choice.open = false;
+    c->answer_request = send_conversation_policy(c, ENGINE_REQUEST_GENERATE,
+                                                 NULL, policy, reserve);
     if (!c->answer_request)
         return;
     c->streaming = true;
@@ -200,6 +215,11 @@ static void start_answer(struct controller *c)
     transcript_add(c->transcript, TRANSCRIPT_ASSISTANT, "");
     transcript_scroll_to(c->transcript, false, 0);
     c->dirty = true;
+}
+
+static void start_answer(struct controller *c)
+{
+    start_answer_policy(c, c->overflow, 0);
 }
 
 /* Commits the answer (final, or partial when is_final is false). */
@@ -228,6 +248,28 @@ static void end_answer(struct controller *c)
     c->streaming = false;
     c->panes.streaming = false;
     c->answer_request = 0;
+    refresh_list(c);
+    if (c->overflow_note[0])
+        controller_notice(c, "%s", c->overflow_note);
+    c->overflow_note[0] = 0;
+}
+
+/* The answer begun for a request that never ran (the context overflowed):
+ * its empty row and transcript entry go; the question stays. */
+static void discard_answer(struct controller *c)
+{
+    struct kk_error err = {{0}};
+    if (c->answer_id &&
+        store_delete_messages_from(c->store, c->conv_id, c->answer_id, &err))
+        notice_error(c, &err);
+    int n = transcript_n_messages(c->transcript);
+    if (n && transcript_role_of(c->transcript, n - 1) == TRANSCRIPT_ASSISTANT)
+        transcript_truncate(c->transcript, n - 1);
+    c->answer_id = 0;
+    c->streaming = false;
+    c->panes.streaming = false;
+    c->answer_request = 0;
+    c->overflow_note[0] = 0;
     refresh_list(c);
 }
 
@@ -291,8 +333,141 @@ static void on_resume(struct controller *c, const struct engine_event *ev)
         controller_notice(c, "%s", ev->text ? ev->text : "");
 }
 
+/* ---- context overflow ---- */
+
+static bool busy(struct controller *c);
+
+static const char refuse_help[] =
+    "nothing was sent to the model and your message stays saved. To go "
+    "on: /overflow drop (leave the oldest turns out of the model's "
+    "context) or /overflow sink (lossy), then F5 or a new message; F2 for "
+    "a new conversation; or restart with a larger --ctx";
+
+/* Opens the overflow prompt for a request of kind that did not run. */
+static void offer_choice(struct controller *c, const char *what,
+                         bool can_drop, enum engine_request_kind kind,
+                         int reserve, bool after_cut)
+{
+    c->choice = (struct overflow_choice){.open = true, .can_drop = can_drop,
+                                         .after_cut = after_cut,
+                                         .kind = kind, .reserve = reserve};
+    controller_notice(c, "%s.\nContext full — choose: %ss sink+window "
+                      "(LOSSY: the middle of the conversation is forgotten), "
+                      "r refuse (send nothing)", what,
+                      can_drop ? "d drop the oldest turns (they stay saved), "
+                               : "");
+}
+
+/* The engine's OVERFLOW event: the request ended with nothing evaluated. */
+static void on_overflow(struct controller *c, const struct engine_event *ev,
+                        enum engine_request_kind kind)
+{
+    const char *what = ev->text ? ev->text : "the context is full";
+    if (kind == ENGINE_REQUEST_PREFILL && !c->prefill_is_document) {
+        controller_notice(c, "%s; your next message will ask what to do "
+                          "(/overflow sets it ahead)", what);
+    } else if (ev->policy == OVERFLOW_REFUSE) {
+        controller_notice(c, "refused: %s; %s", what, refuse_help);
+    } else {
+        if (ev->policy == OVERFLOW_DROP)
+            controller_notice(c, "the overflow policy is drop, but dropping "
+                                 "turns cannot make this fit");
+        offer_choice(c, what, ev->plan.can_drop, kind, 0, false);
+    }
+}
+
+static void on_answer_cut(struct controller *c)
+{
+    if (c->overflow == OVERFLOW_REFUSE) {
+        controller_notice(c, "the context is full: the answer was cut here. "
+                             "/new starts a fresh conversation; /overflow "
+                             "drop or sink, then F5, answers again; kakeya "
+                             "--ctx N allows a longer one");
+        return;
+    }
+    char what[160];
+    snprintf(what, sizeof what, "the context (%d tokens) is full: the answer "
+             "was cut after %d tokens", c->last_stats.n_ctx,
+             c->answer_tokens);
+    /* Answering again needs room for at least what was cut. */
+    int reserve = c->answer_tokens +
+                  overflow_reserve(c->last_stats.n_ctx, c->n_predict);
+    offer_choice(c, what, true, ENGINE_REQUEST_GENERATE, reserve, true);
+    controller_notice(c, "d or s answers again (the cut answer is replaced); "
+                         "r keeps it");
+}
+
+void controller_overflow_choose(struct controller *c, enum overflow_policy p)
+{
+    if (!c->choice.open) {
+        controller_notice(c, "no context overflow to resolve");
+        return;
+    }
+    if (busy(c))
+        return;
+    if (p == OVERFLOW_DROP && !c->choice.can_drop) {
+        controller_notice(c, "dropping turns cannot make this fit: even the "
+                             "current message alone is too long. s or r");
+        return;
+    }
+    struct overflow_choice ch = c->choice;
+    c->choice.open = false;
+    if (p == OVERFLOW_REFUSE || p == OVERFLOW_ASK) {
+        if (ch.after_cut)
+            controller_notice(c, "kept the cut answer");
+        else
+            controller_notice(c, "refused: %s", refuse_help);
+        return;
+    }
+    if (ch.kind == ENGINE_REQUEST_PREFILL) {
+        c->resumed_tokens = 0;
+        c->prefill_request = send_conversation_policy(c, ch.kind, NULL, p,
+                                                      ch.reserve);
+        c->panes.progress = 0;
+        return;
+    }
+    if (ch.after_cut &&
+        (c->n_msgs == 0 ||
+         c->msgs[c->n_msgs - 1].role != STORE_ROLE_ASSISTANT ||
+         msgs_drop_from(c, c->n_msgs - 1)))
+        return;
+    start_answer_policy(c, p, ch.reserve);
+}
+
+void controller_set_overflow(struct controller *c, const char *name)
+{
+    enum overflow_policy p;
+    if (!name[0]) {
+        controller_notice(c, "overflow policy: %s%s", overflow_name(c->overflow),
+                          c->panes.kv_lossy ? " (the cache is sink+window "
+                                              "now: LOSSY)" : "");
+        return;
+    }
+    if (overflow_parse(name, &p)) {
+        controller_notice(c, "usage: /overflow ask|refuse|drop|sink");
+        return;
+    }
+    c->overflow = p;
+    if (c->choice.open && p != OVERFLOW_ASK) {
+        controller_overflow_choose(c, p);
+        return;
+    }
+    controller_notice(c, "overflow policy: %s, from the next turn", name);
+}
+
+static void on_note(struct controller *c, const struct engine_event *ev)
+{
+    const char *text = ev->text ? ev->text : "";
+    snprintf(c->panes.note, sizeof c->panes.note, "%.150s", text);
+    if (ev->request_id == c->answer_request)
+        snprintf(c->overflow_note, sizeof c->overflow_note, "%s", text);
+    else
+        controller_notice(c, "%s", text);
+}
+
 static void on_event(struct controller *c, struct engine_event *ev)
 {
+    c->panes.kv_lossy = ev->is_lossy;
     bool is_answer = ev->request_id && ev->request_id == c->answer_request;
     bool is_prefill = ev->request_id && ev->request_id == c->prefill_request;
     switch (ev->kind) {
@@ -324,9 +499,7 @@ static void on_event(struct controller *c, struct engine_event *ev)
             if (ev->stats.stopped_by_request)
                 controller_notice(c, "stopped; the partial answer is kept");
             else if (ev->stats.stopped_at_context_limit)
-                controller_notice(c, "the context is full: the answer was cut "
-                                     "here. /new starts a fresh conversation; "
-                                     "kakeya --ctx N allows a longer one");
+                on_answer_cut(c);
         } else if (is_prefill) {
             c->panes.progress = -1;
             c->prefill_request = 0;
@@ -347,6 +520,20 @@ static void on_event(struct controller *c, struct engine_event *ev)
         break;
     case ENGINE_EVENT_CHECKPOINT:
         on_checkpoint(c, ev);
+        break;
+    case ENGINE_EVENT_NOTE:
+        if (is_answer || is_prefill)
+            on_note(c, ev);
+        break;
+    case ENGINE_EVENT_OVERFLOW:
+        if (is_answer) {
+            discard_answer(c);
+            on_overflow(c, ev, ENGINE_REQUEST_GENERATE);
+        } else if (is_prefill) {
+            c->panes.progress = -1;
+            c->prefill_request = 0;
+            on_overflow(c, ev, ENGINE_REQUEST_PREFILL);
+        }
         break;
     case ENGINE_EVENT_ERROR:
         if (is_prefill) {
@@ -415,6 +602,7 @@ static void prefill_conversation(struct controller *c)
     struct engine_checkpoint restore;
     fetch_checkpoint(c, &restore);
     c->resumed_tokens = 0;
+    c->prefill_is_document = false;
     c->prefill_request = send_conversation(c, ENGINE_REQUEST_PREFILL,
                                            &restore);
 }
@@ -434,6 +622,7 @@ static void load_conversation(struct controller *c, int64_t id)
     msgs_clear(c);
     transcript_clear(c->transcript);
     c->conv_id = id;
+    c->choice.open = false;
     free(c->system_prompt);
     c->system_prompt = strdup(conv.system_prompt);
     if (c->system_prompt && c->system_prompt[0])
@@ -471,6 +660,7 @@ void controller_new(struct controller *c)
     free(c->system_prompt);
     c->system_prompt = strdup("");
     c->confirm_delete = false;
+    c->choice.open = false;
     c->panes.note[0] = 0;
     c->dirty = true;
 }
@@ -657,6 +847,7 @@ void controller_load_document(struct controller *c, const char *path)
         msgs_push(c, STORE_ROLE_USER, content, msg_id);
         transcript_add(c->transcript, TRANSCRIPT_USER, content);
         c->resumed_tokens = 0;
+        c->prefill_is_document = true;
         c->prefill_request = send_conversation(c, ENGINE_REQUEST_PREFILL,
                                                NULL);
         c->panes.progress = 0;
@@ -754,6 +945,8 @@ int controller_open(struct controller *c, const struct controller_options *o,
     if (store_open(o->db_path, NULL, &c->store, err))
         return -1;
     c->checkpoint_budget = o->checkpoint_budget;
+    c->overflow = o->overflow;
+    c->n_predict = o->n_predict;
     struct engine_config ec = {.model_path = o->model_path,
                                .draft_path = o->draft_path,
                                .n_ctx = o->n_ctx, .n_threads = o->n_threads,

@@ -10,7 +10,15 @@
  * Checkpoints: opening a conversation sends its newest checkpoint for the
  * loaded model files with the prefill request; the checkpoints the engine
  * hands back after turns and document loads are stored here and the store
- * is pruned to the budget (see checkpoint.h). */
+ * is pruned to the budget (see checkpoint.h).
+ *
+ * Context overflow (see overflow.h): each turn goes out with the overflow
+ * policy (--overflow, /overflow; "ask" by default). When the engine says
+ * a conversation does not fit, or an answer was cut at the context limit,
+ * the controller tells the user the numbers and, under "ask", opens the
+ * overflow prompt: d, s or r (controller_overflow_choose). Nothing is
+ * deleted by any choice: a refused message stays saved, dropped turns stay
+ * in the store and on screen. */
 #ifndef KK_CONTROLLER_H
 #define KK_CONTROLLER_H
 
@@ -22,6 +30,15 @@
 #include "panes.h"
 #include "store.h"
 #include "transcript.h"
+
+/* The open overflow prompt: what a choice will resend. */
+struct overflow_choice {
+    bool open;
+    bool can_drop;            /* dropping turns can make it fit */
+    bool after_cut;           /* an answer was cut: choosing answers again */
+    enum engine_request_kind kind;
+    int reserve;              /* tokens to keep for the answer (0: default) */
+};
 
 struct chat_message {
     enum store_role role;
@@ -61,12 +78,20 @@ struct controller {
     bool confirm_delete;
     bool dirty;               /* something changed: redraw */
     char *pending_input;      /* text for the input line (edit), or NULL */
+    /* the context */
+    enum overflow_policy overflow;
+    struct overflow_choice choice;
+    bool prefill_is_document; /* the prefill loads a document (else: a
+                                 conversation being opened) */
+    char overflow_note[256];  /* what the policy did to the streaming turn */
+    int n_predict;
 };
 
 struct controller_options {
     const char *model_path, *draft_path, *db_path;
     int n_ctx, n_threads, n_predict;
     uint64_t checkpoint_budget;   /* bytes; 0: the store's default */
+    enum overflow_policy overflow; /* default OVERFLOW_ASK */
 };
 
 /* Opens the store and starts the engine thread (which loads the models in
@@ -93,6 +118,11 @@ void controller_edit_last(struct controller *c);
 void controller_load_document(struct controller *c, const char *path);
 void controller_copy_last(struct controller *c, const char *path);
 void controller_show_stats(struct controller *c);
+/* Answers the overflow prompt (or says none is open). */
+void controller_overflow_choose(struct controller *c, enum overflow_policy p);
+/* Sets the policy for the next turns ("ask", "refuse", "drop", "sink");
+ * with the prompt open, drop/sink/refuse also answer it. "" shows it. */
+void controller_set_overflow(struct controller *c, const char *name);
 /* Adds a note to the transcript (not stored). */
 void controller_notice(struct controller *c, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));

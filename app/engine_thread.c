@@ -22,6 +22,8 @@ struct request {
     char **contents;
     int64_t conversation_id;
     struct engine_checkpoint restore;
+    enum overflow_policy policy;
+    int reserve;                 /* 0: overflow_reserve's default */
 };
 
 static void request_free(struct request *r)
@@ -58,6 +60,8 @@ struct engine_thread {
     struct kk_model *model, *draft_model;
     struct kk_session *session, *draft_session;
     uint64_t current_id;
+    bool is_lossy;               /* the sessions use sink+window */
+    int base_ctx;                /* the context first opened */
 };
 
 void engine_checkpoint_free(struct engine_checkpoint *c)
@@ -90,6 +94,7 @@ static void post(struct engine_thread *e, const struct engine_event *ev)
     }
     n->next = NULL;
     n->ev = *ev;
+    n->ev.is_lossy = e->is_lossy;
     pthread_mutex_lock(&e->mu);
     if (e->ev_tail)
         e->ev_tail->next = n;
@@ -153,6 +158,7 @@ static int open_models(struct engine_thread *e, struct engine_event *ready,
     snprintf(ready->fingerprint, sizeof ready->fingerprint, "%s",
              kk_model_fingerprint(e->model));
     ready->n_ctx = kk_session_n_ctx(e->session);
+    e->base_ctx = ready->n_ctx;
     if (!e->draft_path)
         return 0;
     sp.n_ctx = ready->n_ctx;
@@ -182,25 +188,9 @@ static int open_models(struct engine_thread *e, struct engine_event *ready,
 static int tokenize_prompt(struct engine_thread *e, const struct request *r,
                            int32_t **ids, struct kk_error *err)
 {
-    struct kk_model_info info;
-    kk_model_get_info(e->model, &info);
-    char *text = kk_chat_render(e->model, r->roles,
-                                (const char *const *)r->contents, r->n,
-                                r->kind == ENGINE_REQUEST_GENERATE);
-    if (!text)
-        return kk_fail(err, "out of memory rendering the conversation");
-    size_t len = strlen(text);
-    int n = kk_tokenize(e->model, text, len, info.add_bos, true, NULL, 0, err);
-    if (n >= 0) {
-        *ids = malloc(sizeof **ids * (size_t)(n + 1));
-        if (!*ids)
-            n = kk_fail(err, "out of memory tokenizing the conversation");
-        else
-            n = kk_tokenize(e->model, text, len, info.add_bos, true, *ids, n,
-                            err);
-    }
-    free(text);
-    return n;
+    return overflow_tokenize(e->model, r->roles,
+                             (const char *const *)r->contents, r->n,
+                             r->kind == ENGINE_REQUEST_GENERATE, ids, err);
 }
 
 /* Brings the session to the longest prefix of ids it can have without
@@ -269,7 +259,118 @@ static void on_progress(void *ud, int done, int total)
     post(e, &ev);
 }
 
-/* Runs one request; *computed says how many prompt tokens it evaluated. */
+/* ---- context overflow ---- */
+
+static void post_text(struct engine_thread *e, const struct request *r,
+                      enum engine_event_kind kind,
+                      const struct overflow_plan *plan, const char *text)
+{
+    struct engine_event ev = {.kind = kind, .request_id = r->id,
+                              .policy = r->policy};
+    if (plan)
+        ev.plan = *plan;
+    ev.text = strdup(text);
+    if (ev.text)
+        post(e, &ev);
+}
+
+/* drop: replaces *ids with the conversation rendered without the plan's
+ * oldest turns; returns their count or -1. */
+static int apply_drop(struct engine_thread *e, const struct request *r,
+                      const struct overflow_plan *plan, int32_t **ids,
+                      struct kk_error *err)
+{
+    const char **roles = malloc(sizeof *roles * (r->n + 1));
+    const char **contents = malloc(sizeof *contents * (r->n + 1));
+    int32_t *kept = NULL;
+    int n = -1;
+    if (!roles || !contents) {
+        kk_fail(err, "out of memory dropping turns");
+    } else {
+        size_t k = overflow_apply(plan, r->roles,
+                                  (const char *const *)r->contents, r->n,
+                                  roles, contents);
+        n = overflow_tokenize(e->model, roles, contents, k,
+                              r->kind == ENGINE_REQUEST_GENERATE, &kept, err);
+    }
+    free(roles);
+    free(contents);
+    if (n < 0)
+        return -1;
+    free(*ids);
+    *ids = kept;
+    char note[256];
+    snprintf(note, sizeof note, "left the %d oldest turn%s (%d messages) out "
+             "of the model's context: %d of %d tokens now; they stay in the "
+             "conversation", plan->n_dropped_turns,
+             plan->n_dropped_turns == 1 ? "" : "s", plan->n_dropped_messages,
+             n, plan->n_ctx);
+    post_text(e, r, ENGINE_EVENT_NOTE, plan, note);
+    return n;
+}
+
+/* sink: new sessions (target and draft) with room for need tokens and the
+ * LOSSY sink+window cache on global layers, holding about as many
+ * positions as the first context did. */
+static int apply_sink(struct engine_thread *e, const struct request *r,
+                      int need, struct kk_error *err)
+{
+    int old = kk_session_n_ctx(e->session);
+    int n_ctx = 2 * old > need ? 2 * old : (need + 255) / 256 * 256;
+    int sinks = e->cfg.kv_sinks > 0 ? e->cfg.kv_sinks : 4;
+    int window = e->base_ctx - sinks - 17;
+    struct kk_session_params sp = {.n_ctx = n_ctx,
+                                   .n_threads = e->cfg.n_threads,
+                                   .kv_window = window > 16 ? window : 16,
+                                   .kv_sinks = sinks};
+    struct kk_session *s = NULL, *ds = NULL;
+    if (kk_session_new(e->model, &sp, &s, err) ||
+        (e->draft_model && kk_session_new(e->draft_model, &sp, &ds, err))) {
+        kk_session_free(s);
+        return -1;
+    }
+    kk_session_free(e->session);
+    kk_session_free(e->draft_session);
+    e->session = s;
+    e->draft_session = ds;
+    e->is_lossy = true;
+    char note[256];
+    snprintf(note, sizeof note, "sink+window (LOSSY): the context is now %d "
+             "tokens; global layers keep only the first %d and the last %d "
+             "positions, so the middle of the conversation is forgotten",
+             n_ctx, sinks, sp.kv_window);
+    post_text(e, r, ENGINE_EVENT_NOTE, NULL, note);
+    return 0;
+}
+
+/* The conversation (n tokens in *ids) plus reserve does not fit: applies
+ * the request's policy. 0: go on with *ids and *n; 1: the request is over
+ * (an OVERFLOW event says why); -1: error. */
+static int fit_context(struct engine_thread *e, const struct request *r,
+                       int reserve, int32_t **ids, int *n,
+                       struct kk_error *err)
+{
+    if (r->policy == OVERFLOW_SINK)
+        return apply_sink(e, r, *n + reserve, err);
+    struct overflow_model om = {e->model, r->kind == ENGINE_REQUEST_GENERATE};
+    struct overflow_plan plan;
+    if (overflow_plan(r->roles, (const char *const *)r->contents, r->n,
+                      kk_session_n_ctx(e->session), reserve,
+                      overflow_count_model, &om, &plan, err))
+        return -1;
+    if (r->policy == OVERFLOW_DROP && plan.can_drop) {
+        *n = apply_drop(e, r, &plan, ids, err);
+        return *n < 0 ? -1 : 0;
+    }
+    char text[512];
+    overflow_describe(&plan, text, sizeof text);
+    post_text(e, r, ENGINE_EVENT_OVERFLOW, &plan, text);
+    return 1;
+}
+
+/* Runs one request; *computed says how many prompt tokens it evaluated.
+ * Returns 0, 1 when the context overflowed and the request ended without
+ * running (fit_context says why), or -1. */
 static int run_request(struct engine_thread *e, const struct request *r,
                        struct kk_stats *st, int *computed,
                        struct kk_error *err)
@@ -279,6 +380,13 @@ static int run_request(struct engine_thread *e, const struct request *r,
     int rc = -1;
     if (n < 0)
         goto out;
+    int reserve = r->reserve > 0 ? r->reserve
+                                 : overflow_reserve(kk_session_n_ctx(e->session),
+                                                    e->cfg.n_predict);
+    if (n + reserve > kk_session_n_ctx(e->session) &&
+        (rc = fit_context(e, r, reserve, &ids, &n, err)) != 0)
+        goto out;
+    rc = -1;
     int n_ctx = kk_session_n_ctx(e->session);
     int room = n_ctx - n - 17;   /* the largest draft block stays free */
     if (n >= n_ctx || (r->kind == ENGINE_REQUEST_GENERATE && room < 1)) {
@@ -340,14 +448,14 @@ static void *engine_main(void *arg)
     while ((r = next_request(e))) {
         e->current_id = r->id;
         struct kk_stats st = {0};
-        int computed = 0;
+        int computed = 0, rc;
         err.msg[0] = 0;
         if (!ok) {
             kk_fail(&err, "no model is loaded (see the message above)");
             post_error(e, r->id, &err);
-        } else if (run_request(e, r, &st, &computed, &err)) {
+        } else if ((rc = run_request(e, r, &st, &computed, &err)) < 0) {
             post_error(e, r->id, &err);
-        } else {
+        } else if (rc == 0) {
             struct engine_event done = {.kind = ENGINE_EVENT_DONE,
                                         .request_id = r->id, .stats = st};
             post(e, &done);
@@ -441,6 +549,20 @@ uint64_t engine_thread_submit(struct engine_thread *e,
                               int64_t conversation_id,
                               struct engine_checkpoint *restore)
 {
+    return engine_thread_submit_policy(e, kind, roles, contents, n,
+                                       conversation_id, restore,
+                                       OVERFLOW_ASK, 0);
+}
+
+uint64_t engine_thread_submit_policy(struct engine_thread *e,
+                                     enum engine_request_kind kind,
+                                     const char *const *roles,
+                                     const char *const *contents, size_t n,
+                                     int64_t conversation_id,
+                                     struct engine_checkpoint *restore,
+                                     enum overflow_policy policy,
+                                     int reserve)
+{
     struct request *r = calloc(1, sizeof *r);
     if (!r) {
         engine_checkpoint_free(restore);
@@ -452,6 +574,8 @@ uint64_t engine_thread_submit(struct engine_thread *e,
     }
     r->conversation_id = conversation_id;
     r->kind = kind;
+    r->policy = policy;
+    r->reserve = reserve;
     r->n = n;
     r->roles = calloc(n + 1, sizeof *r->roles);
     r->contents = calloc(n + 1, sizeof *r->contents);

@@ -16,7 +16,16 @@
  * more of the prompt than the session holds. After a turn, or a prefill
  * that computed at least CHECKPOINT_MIN_NEW_TOKENS, the engine saves its
  * session and hands the bytes back in a CHECKPOINT event for the
- * controller to store: the engine never touches the store. */
+ * controller to store: the engine never touches the store.
+ *
+ * Context overflow (see overflow.h): a request whose rendered conversation
+ * plus a reserve for the answer would not fit the context follows its
+ * overflow policy. ask and refuse end it at once with an OVERFLOW event
+ * (nothing evaluated) for the UI to tell the user; drop evaluates the
+ * conversation without its oldest turns and posts a NOTE saying how many;
+ * sink re-creates the sessions with a larger context and the LOSSY
+ * sink+window cache on their global layers (a NOTE says so, and every
+ * later event's is_lossy is set), which they keep from then on. */
 #ifndef KK_ENGINE_THREAD_H
 #define KK_ENGINE_THREAD_H
 
@@ -26,12 +35,14 @@
 #include <stdint.h>
 
 #include "kakeya.h"
+#include "overflow.h"
 
 struct engine_config {
     const char *model_path;     /* copied */
     const char *draft_path;     /* may be NULL; copied */
     int n_ctx, n_threads;
     int n_predict;              /* per answer */
+    int kv_sinks;               /* sink policy: sinks kept (0: 4) */
 };
 
 enum engine_event_kind {
@@ -43,6 +54,9 @@ enum engine_event_kind {
     ENGINE_EVENT_RESUME,   /* a checkpoint was restored (done: its tokens)
                               or refused (done 0, text says why) */
     ENGINE_EVENT_CHECKPOINT, /* checkpoint: the session after a request */
+    ENGINE_EVENT_OVERFLOW, /* the conversation does not fit (plan, policy,
+                              text); the request is over, nothing ran */
+    ENGINE_EVENT_NOTE,     /* text: an overflow policy was applied (plan) */
 };
 
 /* A restored-context checkpoint on its way to the engine (to restore) or
@@ -67,6 +81,9 @@ struct engine_event {
     int done, total;            /* PROGRESS; RESUME: done */
     struct engine_checkpoint checkpoint;   /* CHECKPOINT; owned */
     struct kk_error err;        /* ERROR */
+    struct overflow_plan plan;  /* OVERFLOW, NOTE */
+    enum overflow_policy policy;   /* OVERFLOW, NOTE: the request's */
+    bool is_lossy;              /* the session uses sink+window (all) */
     /* READY */
     char model_name[128], draft_name[128];
     int n_ctx;
@@ -111,6 +128,18 @@ uint64_t engine_thread_submit(struct engine_thread *e,
                               const char *const *contents, size_t n,
                               int64_t conversation_id,
                               struct engine_checkpoint *restore);
+
+/* engine_thread_submit with an overflow policy and the tokens to keep
+ * free for the answer (reserve 0: overflow_reserve's default).
+ * engine_thread_submit is this with OVERFLOW_ASK and 0. */
+uint64_t engine_thread_submit_policy(struct engine_thread *e,
+                                     enum engine_request_kind kind,
+                                     const char *const *roles,
+                                     const char *const *contents, size_t n,
+                                     int64_t conversation_id,
+                                     struct engine_checkpoint *restore,
+                                     enum overflow_policy policy,
+                                     int reserve);
 
 /* Asks the running request to stop at the next step boundary. */
 void engine_thread_request_stop(struct engine_thread *e);

@@ -7,7 +7,10 @@
 
 #include "error.h"
 
-enum { DRAFT_BLOCK_ROOM = 17 };   /* one verify step: 1 + 16 tokens */
+enum {
+    DRAFT_BLOCK_ROOM = 17,   /* one verify step: 1 + 16 tokens */
+    RESERVE_MAX = 256,       /* a turn that leaves this much may start */
+};
 
 static const char *const names[] = {"ask", "refuse", "drop", "sink"};
 
@@ -29,7 +32,9 @@ const char *overflow_name(enum overflow_policy p)
 
 int overflow_reserve(int n_ctx, int n_predict)
 {
-    int answer = n_predict < n_ctx / 4 ? n_predict : n_ctx / 4;
+    int answer = n_predict < n_ctx / 8 ? n_predict : n_ctx / 8;
+    if (answer > RESERVE_MAX)
+        answer = RESERVE_MAX;
     return (answer > 0 ? answer : 0) + DRAFT_BLOCK_ROOM;
 }
 

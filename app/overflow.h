@@ -36,9 +36,10 @@ int overflow_parse(const char *name, enum overflow_policy *out);
 /* The policy's name as overflow_parse reads it (static). */
 const char *overflow_name(enum overflow_policy p);
 
-/* The tokens kept free for the answer: min(n_predict, n_ctx / 4) plus the
- * largest draft block, so that a conversation that fits has room to
- * answer. */
+/* The tokens kept free for the answer: min(n_predict, n_ctx / 8, 256)
+ * plus the largest draft block, so that a conversation that fits has room
+ * to answer (an answer longer than that may still hit the limit; the chat
+ * then offers the policies again). */
 int overflow_reserve(int n_ctx, int n_predict);
 
 /* Tokens of the rendering of the n messages given; -1 with err on

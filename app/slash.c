@@ -20,6 +20,7 @@ static const char help_text[] =
     "  /edit             edit and resend your last message\n"
     "  /copy [FILE]      copy the last answer (clipboard, or FILE)\n"
     "  /stats            statistics of the last answer\n"
+    "  /overflow [ask|refuse|drop|sink]  what to do when the context is full\n"
     "  /model            the models in use\n"
     "  /stop             stop the streaming answer\n"
     "  /help             show or hide the help\n"
@@ -199,6 +200,8 @@ void slash_run(struct controller *c, const char *line)
         controller_copy_last(c, arg);
     else if (!strcmp(name, "stats"))
         controller_show_stats(c);
+    else if (!strcmp(name, "overflow"))
+        controller_set_overflow(c, arg);
     else if (!strcmp(name, "model"))
         controller_notice(c, "model: %s; proposer %s; context %d tokens",
                           c->model_label[0] ? c->model_label : "(loading)",

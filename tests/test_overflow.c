@@ -195,9 +195,9 @@ static void test_reserve_leaves_room_for_an_answer_and_a_draft_block(
     void **state)
 {
     (void)state;
-    assert_int_equal(overflow_reserve(4096, 1024), 1024 + 17);
+    assert_int_equal(overflow_reserve(4096, 1024), 256 + 17);
     assert_int_equal(overflow_reserve(4096, 100), 100 + 17);
-    assert_int_equal(overflow_reserve(256, 1024), 64 + 17);
+    assert_int_equal(overflow_reserve(256, 1024), 32 + 17);
     assert_true(overflow_reserve(64, 0) >= 17);
 }
 

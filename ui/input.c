@@ -259,3 +259,8 @@ void input_set_text(const char *text)
     rl_point = rl_end;
     input_draw();
 }
+
+int input_is_empty(void)
+{
+    return rl_end == 0;
+}

@@ -29,6 +29,9 @@ void input_feed(int key);
 /* Replaces the text being edited (cursor at its end). */
 void input_set_text(const char *text);
 
+/* Whether the line being edited is empty. */
+int input_is_empty(void);
+
 /* Draws the line into the window (wnoutrefresh, no doupdate). */
 void input_draw(void);
 

@@ -32,6 +32,16 @@ enum key_action {
     KEY_ACTION_COPY,
     KEY_ACTION_REDRAW,
     KEY_ACTION_QUIT,
+    KEY_ACTION_OVERFLOW_DROP,    /* the context-overflow prompt's choices */
+    KEY_ACTION_OVERFLOW_SINK,
+    KEY_ACTION_OVERFLOW_REFUSE,
+};
+
+/* What the screen is doing, for keys_lookup: bits. */
+enum {
+    KEYS_STREAMING = 1,  /* an answer streams: Esc stops it */
+    KEYS_CHOOSING = 2,   /* the context-overflow prompt is open and the
+                            input line empty: d, s, r choose */
 };
 
 struct key_binding {
@@ -42,15 +52,17 @@ struct key_binding {
     const char *description;
     const char *command;      /* the equivalent slash command, or "" */
     enum key_action action;
+    int only_when;            /* KEYS_* bits that must all be set, or 0 */
 };
 
 /* The table and its length (static, never freed). */
 const struct key_binding *keys_table(size_t *n);
 
-/* The row whose code matches (a wgetch result), or NULL. streaming says
- * whether an answer is streaming: Esc stops it then and goes to readline
- * otherwise. */
-const struct key_binding *keys_lookup(int code, int streaming);
+/* The row whose code matches (a wgetch result), or NULL. state holds
+ * KEYS_* bits: a row with only_when matches only in that state (Esc stops
+ * an answer only while one streams, and goes to readline otherwise; d, s
+ * and r are ordinary letters unless the overflow prompt is open). */
+const struct key_binding *keys_lookup(int code, int state);
 
 /* The help overlay's text: one line per key, then commands_help (the slash
  * commands' own lines, may be NULL), as a malloc'd string (NULL when out of

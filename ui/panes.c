@@ -109,7 +109,8 @@ void panes_draw_kv(void *window, const struct panes_model *p, bool color)
     char res[32], full[32];
     panes_bytes(st->kv_resident_bytes, res, sizeof res);
     panes_bytes(st->kv_full_bytes, full, sizeof full);
-    mvwprintw(w, 1, 2, "%.1f%% saved", 100.0 * st->kv_saved);
+    mvwprintw(w, 1, 2, "%.1f%% saved%s", 100.0 * st->kv_saved,
+              p->kv_lossy ? " LOSSY" : "");
     mvwprintw(w, 2, 2, "resident %s", res);
     mvwprintw(w, 3, 2, "full f16 %s", full);
 }
@@ -143,8 +144,9 @@ void panes_draw_status(void *window, const struct panes_model *p,
     int cols = getmaxx(w);
     char line[512];
     /* Context first: on a narrow screen it is what must stay visible. */
-    int len = snprintf(line, sizeof line, " ctx %d/%d | %s%s%s | %s L=%d",
+    int len = snprintf(line, sizeof line, " ctx %d/%d%s | %s%s%s | %s L=%d",
                        p->n_tokens, p->n_ctx,
+                       p->kv_lossy ? " sink+window LOSSY" : "",
                        p->target[0] ? p->target : "(no model)",
                        p->draft[0] ? " + " : "", p->draft,
                        p->proposer ? p->proposer : "-", p->stats.block);

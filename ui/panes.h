@@ -32,6 +32,7 @@ struct panes_model {
     char note[160];            /* status note, "" for none */
     double progress;           /* 0..1 of a prefill; < 0 when none */
     bool streaming;
+    bool kv_lossy;             /* the cache is sink+window: LOSSY */
 };
 
 void panes_model_init(struct panes_model *p);
