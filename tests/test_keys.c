@@ -106,6 +106,25 @@ static void test_esc_stops_only_while_streaming(void **state)
     assert_null(keys_lookup('\r', 0));   /* Enter belongs to readline */
 }
 
+static void test_overflow_choices_are_keys_only_while_the_prompt_is_open(
+    void **state)
+{
+    (void)state;
+    assert_null(keys_lookup('d', 0));
+    assert_null(keys_lookup('s', KEYS_STREAMING));
+    const struct key_binding *k = keys_lookup('d', KEYS_CHOOSING);
+    assert_non_null(k);
+    assert_int_equal(k->action, KEY_ACTION_OVERFLOW_DROP);
+    k = keys_lookup('s', KEYS_CHOOSING);
+    assert_non_null(k);
+    assert_int_equal(k->action, KEY_ACTION_OVERFLOW_SINK);
+    k = keys_lookup('R', KEYS_CHOOSING);
+    assert_non_null(k);
+    assert_int_equal(k->action, KEY_ACTION_OVERFLOW_REFUSE);
+    assert_null(keys_lookup('x', KEYS_CHOOSING));
+    assert_null(keys_lookup(27, KEYS_CHOOSING));   /* Esc still readline's */
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -113,6 +132,8 @@ int main(void)
         cmocka_unit_test(test_every_key_is_in_the_help_overlay),
         cmocka_unit_test(test_man_page_documents_no_key_the_table_lacks),
         cmocka_unit_test(test_esc_stops_only_while_streaming),
+        cmocka_unit_test(
+            test_overflow_choices_are_keys_only_while_the_prompt_is_open),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

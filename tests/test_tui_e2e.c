@@ -2,7 +2,9 @@
  * in a private tmux server: start on a golden model, send a message, see
  * streamed text and the panes, stop a long answer, make a new conversation
  * and switch back, shrink the window to 40x12 and 20x6 and back, quit —
- * then check the database holds the conversations. Polls with timeouts. */
+ * then check the database holds the conversations. A second run with a
+ * tiny --ctx overflows it: the overflow prompt appears, d drops the oldest
+ * turn and the answer comes. Polls with timeouts. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stdbool.h>
@@ -179,10 +181,102 @@ static void test_chat_streams_stops_switches_resizes_and_saves(void **state)
     sh("rm -rf %s", dir);
 }
 
+/* Waits until the screen stops changing (an answer has finished). */
+static bool wait_stable(double seconds)
+{
+    double end = now() + seconds;
+    char before[sizeof screen];
+    snprintf(before, sizeof before, "%s", capture());
+    while (now() < end) {
+        usleep(400 * 1000);
+        if (!strcmp(before, capture()))
+            return true;
+        snprintf(before, sizeof before, "%s", screen);
+    }
+    fprintf(stderr, "timed out waiting for the screen to settle\n");
+    return false;
+}
+
+static void test_overflow_prompt_drops_the_oldest_turn_and_answers(
+    void **state)
+{
+    (void)state;
+    const char *model = testutil_shared_path("golden/models/llama-smollm2-f32.gguf");
+    char model_path[4096];
+    if (!model || system("tmux -V >/dev/null 2>&1") != 0 ||
+        !realpath(model, model_path)) {
+        fprintf(stderr, "SKIP test_tui_e2e overflow: no golden models or "
+                        "no tmux\n");
+        skip();
+    }
+    const char *bin = getenv("KK_BIN") ? getenv("KK_BIN") : "build/kakeya";
+    char dir[] = "/tmp/kk-e2e-XXXXXX";
+    assert_non_null(mkdtemp(dir));
+    snprintf(tmux, sizeof tmux, "tmux -L kk-test-ovf-%d -f /dev/null",
+             (int)getpid());
+    /* 128 tokens: two short turns fit, the third does not. */
+    assert_int_equal(sh("cd %s && %s new-session -d -s kk -x 120 -y 40 "
+                        "\"XDG_DATA_HOME=%s "
+                        "'%s/%s' --model '%s' --db %s/kk.db --threads 1 "
+                        "--ctx 128 -n 24 2>%s/stderr\"",
+                        dir, tmux, dir, getenv("PWD") ? getenv("PWD") : ".",
+                        bin, model_path, dir, dir), 0);
+    bool ok = wait_screen("ctx 0/128", false, 15);
+    if (ok) {
+        keys("'hello there' Enter");
+        ok = wait_screen("tok/s", false, 10) && wait_stable(15);
+    }
+    if (ok) {
+        keys("'please tell me everything you know about the history of the "
+             "long river and the mountains around it in great detail with "
+             "examples' Enter");
+        ok = wait_screen("examples", false, 5) && wait_stable(15);
+    }
+    if (ok) {
+        keys("'and now a third question about rivers' Enter");
+        ok = wait_screen("Context full", false, 10) &&
+             wait_screen("but the context holds 128", false, 1);
+    }
+    if (ok) {
+        keys("d");
+        ok = wait_screen("left the 1 oldest turn", false, 15) &&
+             wait_stable(15);
+    }
+    if (ok) {
+        keys("F10");
+        double end = now() + 10;
+        while (session_alive() && now() < end)
+            usleep(50 * 1000);
+        ok = !session_alive();
+    }
+    sh("%s kill-server 2>/dev/null", tmux);
+    sh("cat %s/stderr >&2", dir);
+    assert_true(ok);
+
+    char db_path[128];
+    snprintf(db_path, sizeof db_path, "%s/kk.db", dir);
+    sqlite3 *db;
+    assert_int_equal(sqlite3_open_v2(db_path, &db, SQLITE_OPEN_READONLY, NULL),
+                     SQLITE_OK);
+    /* nothing lost: the dropped turn is still stored, and the third
+     * question got its answer */
+    assert_int_equal(query_int(db, "SELECT count(*) FROM messages WHERE "
+                                   "role = 'user'"), 3);
+    assert_int_equal(query_int(db, "SELECT count(*) FROM messages WHERE "
+                                   "role = 'assistant' AND is_partial = 0"),
+                     3);
+    assert_int_equal(query_int(db, "SELECT count(*) FROM messages WHERE "
+                                   "role = 'user' AND content = 'hello there'"),
+                     1);
+    sqlite3_close(db);
+    sh("rm -rf %s", dir);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_chat_streams_stops_switches_resizes_and_saves),
+        cmocka_unit_test(test_overflow_prompt_drops_the_oldest_turn_and_answers),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
