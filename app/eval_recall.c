@@ -169,9 +169,9 @@ static cJSON *score_config(struct kk_model *m, const struct config *c,
                            struct answer *reference, bool is_reference,
                            int n_at_4x, struct kk_error *err)
 {
-    double saved_4x = -1.0;
-    if (n_at_4x > 0 && n > 0 &&
-        saved_after(m, c, &needles[0], n_at_4x, &saved_4x, err))
+    double saved_4x = 0.0;   /* negative for f32: more than full f16 */
+    bool has_4x = n_at_4x > 0 && n > 0;
+    if (has_4x && saved_after(m, c, &needles[0], n_at_4x, &saved_4x, err))
         return NULL;
     int recalled = 0, agreed = 0;
     double saved_sum = 0.0;
@@ -194,12 +194,12 @@ static cJSON *score_config(struct kk_model *m, const struct config *c,
     cJSON_AddNumberToObject(j, "agrees_with_full_f16", n ? (double)agreed / n
                                                          : 0.0);
     cJSON_AddNumberToObject(j, "kv_saved_mean", n ? saved_sum / n : 0.0);
-    if (saved_4x >= 0.0)
+    if (has_4x)
         cJSON_AddNumberToObject(j, "kv_saved_at_4x_window", saved_4x);
     else
         cJSON_AddNullToObject(j, "kv_saved_at_4x_window");
     char at_4x[32] = "   n/a";
-    if (saved_4x >= 0.0)
+    if (has_4x)
         snprintf(at_4x, sizeof at_4x, "%5.1f%%", 100.0 * saved_4x);
     fprintf(stderr, "  %-24s recall %5.1f%%  same answer as full f16 %5.1f%%  "
                     "KV saved %5.1f%% (mean), %s at 4x window\n", c->name,
