@@ -24,11 +24,12 @@ BLAS_CFLAGS := $(shell pkg-config --cflags openblas 2>/dev/null)
 BLAS_LIBS   := $(shell pkg-config --libs openblas 2>/dev/null || echo -lopenblas)
 CFLAGS    ?= -O2 -g
 ALL_CFLAGS = -std=c11 -D_GNU_SOURCE $(WARN) $(ARCH) -Iengine -Iengine/cpu \
+             -Iengine/vulkan -I$(BUILD)/shaders \
              -Iapp -Iui -I/usr/include/cjson $(BLAS_CFLAGS) -MMD -MP \
              -DKAKEYA_PREFIX='"$(PREFIX)"' $(CFLAGS) $(SAN)
-LDLIBS    = $(BLAS_LIBS) -lm -lpthread
+LDLIBS    = $(BLAS_LIBS) -lm -lpthread -ldl
 
-ENGINE_SRC := $(wildcard engine/*.c engine/cpu/*.c)
+ENGINE_SRC := $(wildcard engine/*.c engine/cpu/*.c engine/vulkan/*.c)
 APP_SRC    := $(wildcard app/*.c ui/*.c)
 TEST_SRC   := $(wildcard tests/test_*.c)
 TESTLIB_SRC:= $(wildcard tests/lib/*.c)
@@ -56,9 +57,52 @@ $(BUILD)/%.o: %.c
 	@mkdir -p $(dir $@)
 	$(CC) $(ALL_CFLAGS) -c $< -o $@
 
-$(LIB): $(ENGINE_OBJ)
+# ---- shaders: GLSL -> SPIR-V (glslc) -> linked into the binary ----
+# matmul.comp is compiled once per weight type. spirv.S pulls every .spv in
+# with .incbin; shader_list.h names them for vk_shaders.c's table.
+MATMUL_TYPES := f32 f16 bf16 q8_0 q4_0 q5_0 q4_k q6_k
+SHADER_NAMES := $(MATMUL_TYPES:%=matmul_%) $(MATMUL_TYPES:%=matmul_rows_%) \
+                rmsnorm rope add gated_act \
+                kv_store attention
+SPIRV      := $(SHADER_NAMES:%=$(BUILD)/shaders/%.spv)
+SPIRV_OBJ  := $(BUILD)/shaders/spirv.o
+GLSLC      ?= glslc
+GLSL_FLAGS := --target-env=vulkan1.1 -O -Werror -Ishaders
+
+$(BUILD)/shaders/matmul_rows_%.spv: shaders/matmul.comp $(wildcard shaders/*.glsl)
+	@mkdir -p $(dir $@)
+	$(GLSLC) $(GLSL_FLAGS) -DMM_ROWWISE -DWTYPE_$(shell echo $* | tr a-z A-Z) $< -o $@
+
+$(BUILD)/shaders/matmul_%.spv: shaders/matmul.comp $(wildcard shaders/*.glsl)
+	@mkdir -p $(dir $@)
+	$(GLSLC) $(GLSL_FLAGS) -DWTYPE_$(shell echo $* | tr a-z A-Z) $< -o $@
+
+$(BUILD)/shaders/%.spv: shaders/%.comp $(wildcard shaders/*.glsl)
+	@mkdir -p $(dir $@)
+	$(GLSLC) $(GLSL_FLAGS) $< -o $@
+
+$(BUILD)/shaders/shader_list.h: Makefile
+	@mkdir -p $(dir $@)
+	printf 'SHADER(%s)\n' $(SHADER_NAMES) > $@
+
+$(BUILD)/shaders/spirv.S: Makefile
+	@mkdir -p $(dir $@)
+	{ echo '.section .rodata'; \
+	  for n in $(SHADER_NAMES); do \
+	    printf '.global kk_spv_%s\n.global kk_spv_%s_end\n.balign 4\nkk_spv_%s:\n.incbin "%s"\nkk_spv_%s_end:\n' \
+	        $$n $$n $$n $(BUILD)/shaders/$$n.spv $$n; \
+	  done; \
+	  echo '.section .note.GNU-stack,"",@progbits'; } > $@
+
+$(SPIRV_OBJ): $(BUILD)/shaders/spirv.S $(SPIRV)
+	$(CC) -c $< -o $@
+
+$(BUILD)/engine/vulkan/vk_shaders.o: $(BUILD)/shaders/shader_list.h
+
+$(LIB): $(ENGINE_OBJ) $(SPIRV_OBJ)
 	@mkdir -p $(dir $@)
 	rm -f $@ && ar rcs $@ $^
+
 
 # Everything of the app but main(), so tests can link the store, the UI...
 $(APPLIB): $(APPLIB_OBJ)
@@ -115,6 +159,8 @@ BENCH_SHAPE ?= smollm2-360m
 BENCH_TYPE  ?= Q8_0
 BENCH_MODEL ?= $(BUILD)/models/$(BENCH_SHAPE)-$(BENCH_TYPE).gguf
 BENCH_THREADS ?= 2
+# cpu, vulkan or auto (kakeya info --devices lists the Vulkan devices).
+BENCH_BACKEND ?= cpu
 $(BUILD)/models/$(BENCH_SHAPE)-$(BENCH_TYPE).gguf: | $(APP)
 	@mkdir -p $(dir $@)
 	$(APP) mkmodel --shape $(BENCH_SHAPE) --type $(BENCH_TYPE) -o $@
@@ -124,6 +170,7 @@ SPEC_MODEL ?= data/models/kakeya-chat.gguf
 SPEC_DRAFT ?= data/models/kakeya-draft.gguf
 bench: $(APP) $(BENCH_MODEL)
 	$(APP) bench -m $(BENCH_MODEL) --threads $(BENCH_THREADS) \
+	    --backend $(BENCH_BACKEND) \
 	    $(if $(wildcard $(SPEC_MODEL)),--spec-model $(SPEC_MODEL)) \
 	    $(if $(wildcard $(SPEC_DRAFT)),--draft $(SPEC_DRAFT))
 	$(if $(wildcard $(SPEC_MODEL)),$(APP) bench --resume --spec-model $(SPEC_MODEL))

@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "kakeya.h"
 #include "overflow.h"
 
 void args_init(struct args *a, const char *cmd, int argc, char **argv)
@@ -112,4 +113,32 @@ void args_overflow(struct args *a, enum overflow_policy *out)
         fprintf(stderr, "%s: --overflow wants ask, refuse, drop or sink, not "
                         "'%s'\n", a->cmd, v);
     a->failed = true;
+}
+
+static void parse_backend(struct args *a, enum kk_backend *out)
+{
+    static const char *names[] = {"cpu", "vulkan", "auto"};
+    const char *v = args_value(a);
+    for (int i = 0; v && i < 3; i++) {
+        if (!strcmp(v, names[i])) {
+            *out = (enum kk_backend)i;
+            return;
+        }
+    }
+    if (v)
+        fprintf(stderr, "%s: --backend wants cpu, vulkan or auto, not '%s'\n",
+                a->cmd, v);
+    a->failed = true;
+}
+
+bool args_backend_option(struct args *a, enum kk_backend *backend,
+                         int *device)
+{
+    if (args_is(a, NULL, "--backend"))
+        parse_backend(a, backend);
+    else if (args_is(a, NULL, "--device"))
+        *device = args_int(a, 0, 63);
+    else
+        return false;
+    return true;
 }

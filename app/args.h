@@ -38,6 +38,13 @@ uint64_t args_u64(struct args *a);
 enum overflow_policy;
 void args_overflow(struct args *a, enum overflow_policy *out);
 
+/* --backend cpu|vulkan|auto and --device N, the options every command that
+ * computes takes: returns true (having read the value into p) when the
+ * current option is one of them. */
+enum kk_backend;
+bool args_backend_option(struct args *a, enum kk_backend *backend,
+                         int *device);
+
 /* Reports an unknown option or unexpected positional. */
 void args_unknown(struct args *a);
 

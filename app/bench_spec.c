@@ -103,7 +103,9 @@ static int run_once(const struct spec_bench_options *o, struct kk_model *m,
                     enum kk_spec_mode mode, struct run_result *r,
                     struct kk_error *err)
 {
-    struct kk_session_params sp = {.n_ctx = 2048, .n_threads = o->n_threads};
+    struct kk_session_params sp = {.n_ctx = 2048, .n_threads = o->n_threads,
+                                   .backend = o->backend,
+                                   .device = o->device};
     struct kk_session *s = NULL, *ds = NULL;
     int rc = kk_session_new(m, &sp, &s, err);
     if (!rc && dm && mode != KK_SPEC_OFF && mode != KK_SPEC_NGRAM)

@@ -15,6 +15,8 @@ struct spec_bench_options {
     int n_prompts;          /* per prompt set */
     int n_predict;
     int n_threads;
+    enum kk_backend backend;
+    int device;
     int block;              /* 0: adaptive */
 };
 

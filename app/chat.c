@@ -309,6 +309,8 @@ static void on_resize(struct view *v, struct controller *c)
 struct chat_options {
     const char *model, *draft, *db, *doc;
     int n_threads, n_ctx, n_predict;
+    enum kk_backend backend;
+    int device;
     int checkpoint_budget_mib;   /* 0: the store's default */
     enum overflow_policy overflow;
 };
@@ -337,7 +339,7 @@ static int parse_chat(int argc, char **argv, struct chat_options *o)
             o->checkpoint_budget_mib = args_int(&a, 1, 1 << 30);
         else if (args_is(&a, NULL, "--overflow"))
             args_overflow(&a, &o->overflow);
-        else
+        else if (!args_backend_option(&a, &o->backend, &o->device))
             args_unknown(&a);
     }
     return a.failed ? 2 : 0;
@@ -437,6 +439,8 @@ int chat_main(int argc, char **argv)
                                     .draft_path = have_draft ? draft : NULL,
                                     .db_path = db, .n_ctx = o.n_ctx,
                                     .n_threads = o.n_threads,
+                                    .backend = o.backend,
+                                    .device = o.device,
                                     .n_predict = o.n_predict,
                                     .overflow = o.overflow,
                                     .checkpoint_budget =

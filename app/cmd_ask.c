@@ -32,6 +32,8 @@ struct ask_options {
     const char *model, *draft, *db, *question;
     int64_t conversation_id;      /* 0: a new conversation */
     int n_threads, n_ctx, n_predict;
+    enum kk_backend backend;
+    int device;
     int checkpoint_budget_mib;    /* 0: the store's default */
     enum overflow_policy overflow; /* ask reads as refuse: no one to ask */
 };
@@ -77,6 +79,8 @@ static int parse_ask(int argc, char **argv, struct ask_options *o)
             o->checkpoint_budget_mib = args_int(&a, 1, 1 << 30);
         else if (args_is(&a, NULL, "--overflow"))
             args_overflow(&a, &o->overflow);
+        else if (args_backend_option(&a, &o->backend, &o->device))
+            ;
         else if (a.opt[0] != '-' && !o->question)
             o->question = a.opt;
         else
@@ -163,6 +167,7 @@ static int engine_sink(struct engine *g, const struct ask_options *o,
     struct kk_session_params sp = {
         .n_ctx = 2 * old > need ? 2 * old : (need + 255) / 256 * 256,
         .n_threads = o->n_threads, .kv_sinks = 4,
+        .backend = o->backend, .device = o->device,
         .kv_window = g->base_ctx - 4 - 17 > 16 ? g->base_ctx - 4 - 17 : 16};
     struct kk_session *s = NULL, *ds = NULL;
     if (kk_session_new(g->model, &sp, &s, err) ||
@@ -192,7 +197,9 @@ static int engine_open(struct engine *g, const struct ask_options *o,
                        struct kk_error *err)
 {
     struct kk_session_params sp = {.n_ctx = o->n_ctx,
-                                   .n_threads = o->n_threads};
+                                   .n_threads = o->n_threads,
+                                   .backend = o->backend,
+                                   .device = o->device};
     if (kk_model_open(g->model_path, &g->model, err) ||
         kk_session_new(g->model, &sp, &g->session, err))
         return -1;

@@ -7,6 +7,10 @@
  * 1 token) for L = 1..16 — the price of checking a draft block of L tokens.
  * Each timing is the median of several repetitions.
  *
+ * --backend picks where the engine computes (the JSON says which device);
+ * on a GPU the host's bandwidth means nothing for the roofline, so
+ * --bandwidth GBS gives the device's (its data sheet's figure).
+ *
  * `kakeya bench --resume` measures instead what a checkpoint saves when a
  * long-document conversation is reopened (bench_resume.h), on the default
  * model or the one given with --spec-model or -m. */
@@ -86,6 +90,9 @@ static double memory_bandwidth_gbs(int n_threads)
 struct bench_options {
     const char *model;
     int n_threads;
+    enum kk_backend backend;
+    int device;
+    double bandwidth_gbs;   /* 0: measure the host's */
     int n_prefill;
     int n_decode;
     int reps;
@@ -151,11 +158,13 @@ static int run_bench(const struct bench_options *o, cJSON *out,
     kk_model_get_info(m, &info);
     int n_ctx = o->n_prefill + o->n_decode + 64;
     struct kk_session_params sp = {.n_ctx = n_ctx, .n_threads = o->n_threads,
-                                   .max_batch = 256};
+                                   .max_batch = 256, .backend = o->backend,
+                                   .device = o->device};
     ids = malloc(sizeof(int32_t) * (size_t)n_ctx);
     if (!ids || kk_session_new(m, &sp, &s, err))
         goto done;
     fill_tokens(ids, n_ctx, info.n_vocab);
+    cJSON_AddStringToObject(out, "backend", kk_session_backend(s));
 
     double warm, t_pre, t_dec = 0.0;
     if (time_eval(s, ids, 8, false, &warm, err))
@@ -278,6 +287,10 @@ int cmd_bench(int argc, char **argv)
             ro.doc_tokens = args_int(&a, 64, 1 << 16);
         else if (args_is(&a, NULL, "--needles"))
             ro.needles = args_value(&a);
+        else if (args_is(&a, NULL, "--bandwidth"))
+            o.bandwidth_gbs = args_float(&a, 0.1, 1e6);
+        else if (args_backend_option(&a, &o.backend, &o.device))
+            ;
         else if (a.opt[0] != '-' && !o.model)
             o.model = a.opt;
         else
@@ -294,22 +307,31 @@ int cmd_bench(int argc, char **argv)
         return 2;
     }
     so.n_threads = o.n_threads;
+    so.backend = o.backend;
+    so.device = o.device;
     cJSON *out = cJSON_CreateObject();
-    cJSON_AddStringToObject(out, "benchmark", "kakeya-cpu");
+    cJSON_AddStringToObject(out, "benchmark", "kakeya");
     cJSON_AddNumberToObject(out, "threads", o.n_threads);
     cJSON_AddStringToObject(out, "cpu_kernels", kk_cpu_kernels());
     struct kk_error err = {{0}};
     int rc = 0;
     if (o.model) {
         cJSON *engine = cJSON_AddObjectToObject(out, "engine");
-        double bw = memory_bandwidth_gbs(o.n_threads);
+        double bw = o.bandwidth_gbs > 0 ? o.bandwidth_gbs
+                                         : memory_bandwidth_gbs(o.n_threads);
         cJSON_AddNumberToObject(engine, "memory_read_gb_per_s", bw);
+        cJSON_AddStringToObject(engine, "bandwidth_source",
+                                o.bandwidth_gbs > 0 ? "--bandwidth"
+                                                    : "measured (host)");
         rc = run_bench(&o, engine, &err);
         if (!rc)
             add_roofline(engine, bw);
     }
-    if (!rc && so.model)
-        rc = bench_speculative(&so, cJSON_AddObjectToObject(out, "speculative"),
-                               &err);
+    if (!rc && so.model) {
+        static const char *backends[] = {"cpu", "vulkan", "auto"};
+        cJSON *spec = cJSON_AddObjectToObject(out, "speculative");
+        cJSON_AddStringToObject(spec, "backend", backends[so.backend]);
+        rc = bench_speculative(&so, spec, &err);
+    }
     return finish(out, rc, "kakeya bench", &err);
 }

@@ -1,4 +1,5 @@
-/* cmd_info.c — `kakeya info MODEL.gguf`: what a model file holds. */
+/* cmd_info.c — `kakeya info MODEL.gguf`: what a model file holds;
+ * `kakeya info --devices`: the Vulkan devices --device N picks from. */
 #include <stdio.h>
 #include <string.h>
 
@@ -75,15 +76,51 @@ static void print_info(struct kk_model *m, bool verbose)
     printf("\ncpu kernels     %s\n", kk_cpu_kernels());
 }
 
+/* Exit status 0 when at least one device can run kakeya, 1 otherwise (so
+ * scripts can ask "is there a GPU?"). */
+static int print_devices(void)
+{
+    struct kk_vk_device_info d[16];
+    struct kk_error err = {{0}};
+    int n = kk_vulkan_devices(d, 16, &err);
+    if (n < 0) {
+        fprintf(stderr, "kakeya info --devices: %s\n", err.msg);
+        return 1;
+    }
+    if (n == 0) {
+        printf("no Vulkan device: the loader is there but reports no "
+               "device (install a driver, e.g. mesa-vulkan-drivers); "
+               "kakeya computes on the CPU\n");
+        return 1;
+    }
+    int usable = 0;
+    for (int i = 0; i < n && i < 16; i++) {
+        printf("%d  %-40s %-10s %6.1f GiB  Vulkan %u.%u%s%s\n", i, d[i].name,
+               d[i].type_name, d[i].memory_bytes / 1073741824.0,
+               (d[i].api_version >> 22) & 0x7f,
+               (d[i].api_version >> 12) & 0x3ff, d[i].driver[0] ? "  " : "",
+               d[i].driver);
+        if (d[i].is_usable)
+            usable++;
+        else
+            printf("   not usable: %s\n", d[i].why_not);
+    }
+    printf("--backend vulkan --device N picks one; --backend auto takes the "
+           "first GPU and otherwise the CPU\n");
+    return usable ? 0 : 1;
+}
+
 int cmd_info(int argc, char **argv)
 {
     struct args a;
     args_init(&a, "kakeya info", argc, argv);
     const char *path = NULL;
-    bool verbose = false;
+    bool verbose = false, devices = false;
     while (args_next(&a)) {
         if (args_is(&a, "-v", "--tensors"))
             verbose = true;
+        else if (args_is(&a, NULL, "--devices"))
+            devices = true;
         else if (args_is(&a, "-m", "--model"))
             path = args_value(&a);
         else if (a.opt[0] != '-' && !path)
@@ -93,9 +130,11 @@ int cmd_info(int argc, char **argv)
     }
     if (a.failed)
         return 2;
+    if (devices && !path)
+        return print_devices();
     if (!path) {
         fprintf(stderr, "kakeya info: needs a model file: kakeya info "
-                        "MODEL.gguf\n");
+                        "MODEL.gguf (or --devices)\n");
         return 2;
     }
     struct kk_error err = {{0}};

@@ -16,7 +16,7 @@ struct run_options {
     enum kk_spec_mode spec;
     bool spec_given;
     int block;
-    struct kk_session_params kv;  /* the cache options */
+    struct kk_session_params sess; /* cache and backend options */
     const char *prompt;
     int n_predict;
     int n_threads;
@@ -52,7 +52,7 @@ static void parse_kv_type(struct args *a, struct run_options *o)
     const char *v = args_value(a);
     for (int i = 0; v && i < 3; i++) {
         if (!strcmp(v, names[i])) {
-            o->kv.kv_type = (enum kk_kv_type)i;
+            o->sess.kv_type = (enum kk_kv_type)i;
             return;
         }
     }
@@ -104,14 +104,15 @@ static int parse_run(int argc, char **argv, struct run_options *o)
         else if (args_is(&a, NULL, "--kv"))
             parse_kv_type(&a, o);
         else if (args_is(&a, NULL, "--kv-window"))
-            o->kv.kv_window = args_int(&a, 1, 1 << 20);
+            o->sess.kv_window = args_int(&a, 1, 1 << 20);
         else if (args_is(&a, NULL, "--kv-sinks"))
-            o->kv.kv_sinks = args_int(&a, 0, 1024);
+            o->sess.kv_sinks = args_int(&a, 0, 1024);
         else if (args_is(&a, NULL, "--kv-full"))
-            o->kv.kv_full_sliding = true;
+            o->sess.kv_full_sliding = true;
         else if (args_is(&a, NULL, "--overflow"))
             args_overflow(&a, &o->overflow);
-        else
+        else if (!args_backend_option(&a, &o->sess.backend,
+                                          &o->sess.device))
             args_unknown(&a);
     }
     if (a.failed)
@@ -128,11 +129,11 @@ static int parse_run(int argc, char **argv, struct run_options *o)
     }
     if (!o->spec_given)
         o->spec = o->draft ? KK_SPEC_AUTO : KK_SPEC_OFF;
-    if (o->kv.kv_window)
+    if (o->sess.kv_window)
         fprintf(stderr, "kakeya run: note: --kv-window is LOSSY: global layers "
                         "keep only the first %d and the last %d positions, so "
                         "the middle of a long input is forgotten\n",
-                o->kv.kv_sinks, o->kv.kv_window);
+                o->sess.kv_sinks, o->sess.kv_window);
     if ((o->spec == KK_SPEC_DRAFT || o->spec == KK_SPEC_AUTO) && !o->draft) {
         fprintf(stderr, "kakeya run: --spec %s needs --draft MODEL.gguf\n",
                 o->spec == KK_SPEC_DRAFT ? "draft" : "auto");
@@ -186,12 +187,14 @@ static int prompt_ids(struct kk_model *m, const struct run_options *o,
     return n;
 }
 
-static void print_stats(const struct kk_stats *st, enum kk_spec_mode spec)
+static void print_stats(const struct kk_stats *st, enum kk_spec_mode spec,
+                        const char *backend)
 {
     fprintf(stderr, "\n\nprompt %d tokens, %.1f tok/s | generated %d tokens, "
-                    "%.1f tok/s%s\n", st->n_prompt, st->prefill_tok_per_s,
-            st->n_generated, st->decode_tok_per_s,
-            st->stopped_at_eog ? " | stopped at end of generation" : "");
+                    "%.1f tok/s%s | on %s\n", st->n_prompt,
+            st->prefill_tok_per_s, st->n_generated, st->decode_tok_per_s,
+            st->stopped_at_eog ? " | stopped at end of generation" : "",
+            backend);
     if (st->stopped_at_context_limit)
         fprintf(stderr, "stopped: the context (%d tokens) is full; raise "
                         "--ctx, or use --overflow sink (lossy) to keep going "
@@ -272,7 +275,7 @@ int cmd_run(int argc, char **argv)
     struct kk_session *s = NULL, *ds = NULL;
     int32_t *ids = NULL;
     int n = 0;
-    struct kk_session_params sp = o.kv;
+    struct kk_session_params sp = o.sess;
     sp.n_ctx = o.n_ctx;
     sp.n_threads = o.n_threads;
     struct kk_generate_params gp = {.n_predict = o.n_predict,
@@ -297,7 +300,7 @@ int cmd_run(int argc, char **argv)
         goto out;
     if (o.print_ids)
         printf("\n");
-    print_stats(&st, o.spec);
+    print_stats(&st, o.spec, kk_session_backend(s));
     rc = 0;
 out:
     if (rc)

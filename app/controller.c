@@ -950,6 +950,7 @@ int controller_open(struct controller *c, const struct controller_options *o,
     struct engine_config ec = {.model_path = o->model_path,
                                .draft_path = o->draft_path,
                                .n_ctx = o->n_ctx, .n_threads = o->n_threads,
+                               .backend = o->backend, .device = o->device,
                                .n_predict = o->n_predict};
     if (engine_thread_start(&ec, &c->engine, err))
         return -1;

@@ -90,6 +90,8 @@ struct controller {
 struct controller_options {
     const char *model_path, *draft_path, *db_path;
     int n_ctx, n_threads, n_predict;
+    enum kk_backend backend;      /* default CPU */
+    int device;
     uint64_t checkpoint_budget;   /* bytes; 0: the store's default */
     enum overflow_policy overflow; /* default OVERFLOW_ASK */
 };

@@ -150,7 +150,9 @@ static int open_models(struct engine_thread *e, struct engine_event *ready,
                        struct kk_error *err)
 {
     struct kk_session_params sp = {.n_ctx = e->cfg.n_ctx,
-                                   .n_threads = e->cfg.n_threads};
+                                   .n_threads = e->cfg.n_threads,
+                                   .backend = e->cfg.backend,
+                                   .device = e->cfg.device};
     if (kk_model_open(e->model_path, &e->model, err) ||
         kk_session_new(e->model, &sp, &e->session, err))
         return -1;
@@ -321,6 +323,8 @@ static int apply_sink(struct engine_thread *e, const struct request *r,
     int window = e->base_ctx - sinks - 17;
     struct kk_session_params sp = {.n_ctx = n_ctx,
                                    .n_threads = e->cfg.n_threads,
+                                   .backend = e->cfg.backend,
+                                   .device = e->cfg.device,
                                    .kv_window = window > 16 ? window : 16,
                                    .kv_sinks = sinks};
     struct kk_session *s = NULL, *ds = NULL;

@@ -41,6 +41,8 @@ struct engine_config {
     const char *model_path;     /* copied */
     const char *draft_path;     /* may be NULL; copied */
     int n_ctx, n_threads;
+    enum kk_backend backend;    /* where the sessions compute */
+    int device;
     int n_predict;              /* per answer */
     int kv_sinks;               /* sink policy: sinks kept (0: 4) */
 };

@@ -1,26 +1,63 @@
 /* backend.h — the op set the forward pass is written against.
  *
- * Every op works on a batch of n token rows laid out contiguously (row t of
- * an activation with width d starts at t * d). The CPU implementation
- * (engine/cpu/backend_cpu.c) runs the heavy ops — matmul and attention — on
- * its thread pool; the rest are cheap and run on the calling thread.
+ * Two implementations sit behind it: the CPU (engine/cpu/backend_cpu.c: a
+ * thread pool and quantized dot-product kernels over the mapped weights)
+ * and Vulkan (engine/vulkan/backend_vulkan.c: compute shaders; weights, KV
+ * cache and activations in device memory). forward.c calls the ops below
+ * and never knows which one runs them.
  *
- * backend_reserve() sizes every scratch buffer up front, so a forward pass
- * allocates nothing per token. A backend belongs to one engine thread. */
+ * Activations are struct be_tensor: rows of `width` floats that live where
+ * the backend computes (host memory on the CPU, a device buffer on a GPU).
+ * A pass is bracketed by be_begin() and be_end(): the CPU runs each op as
+ * it is called; Vulkan records them into one command buffer and be_end()
+ * submits it and waits, so nothing comes back to the host inside a pass.
+ * Results for the host are asked for with be_read(), whose pointer is valid
+ * once be_end() has returned 0.
+ *
+ * Weights and the model's norm and bias vectors are passed as they are in
+ * struct model (host pointers into the mapped file or the model's f32
+ * copies); a device backend uploads them all once in backend_new() and
+ * finds its copy by that pointer, so only the model given there may be
+ * used with a backend.
+ *
+ * Every op works on a batch of n token rows laid out contiguously. A
+ * backend belongs to one engine thread. backend_reserve() and
+ * be_tensor_new() size everything up front: a pass allocates nothing. */
 #ifndef KK_BACKEND_H
 #define KK_BACKEND_H
 
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "kakeya.h"
 #include "kakeya_error.h"
 #include "model.h"
 
 struct kv_cache;
 struct backend;
 
-int backend_new(int n_threads, struct backend **out, struct kk_error *err);
+struct backend_params {
+    enum kk_backend kind;  /* CPU, VULKAN, or AUTO (the first GPU, else CPU) */
+    int n_threads;         /* CPU threads; 0: all cores */
+    int device;            /* VULKAN: index into kk_vulkan_devices() */
+};
+
+/* Rows of floats where the backend computes. `data` is the host copy on the
+ * CPU (NULL on a device backend, whose handle is `device`). */
+struct be_tensor {
+    int rows;
+    int64_t width;
+    float *data;
+    void *device;
+};
+
+/* Opens a backend for model m (a device backend uploads its weights here,
+ * with a progress line on stderr for large models). */
+int backend_new(const struct backend_params *p, const struct model *m,
+                struct backend **out, struct kk_error *err);
 void backend_free(struct backend *be);
+/* "cpu", or "vulkan: <device name>" (owned by the backend). */
+const char *backend_name(const struct backend *be);
 int backend_threads(const struct backend *be);
 
 /* Makes room for passes of up to max_tokens rows over matrices of up to
@@ -30,40 +67,87 @@ int backend_threads(const struct backend *be);
 int backend_reserve(struct backend *be, int max_tokens, int64_t max_cols,
                     int n_ctx, int head_dim, int group, struct kk_error *err);
 
-/* y[t][r] = W[r] · x[t] for n rows of x (width w->n_cols); y has width
- * w->n_rows. Reads each weight row once for the whole batch. */
-void be_matmul(struct backend *be, const struct weight *w, const float *x,
-               int n, float *y);
+/* Gives the backend the cache its passes store keys and values in (a
+ * device backend allocates the cache's rows in device memory; the host
+ * rows of kv then only serve checkpoints, see below). Once per cache. */
+int backend_bind_kv(struct backend *be, struct kv_cache *kv,
+                    struct kk_error *err);
+/* Copies the rows of the bound cache from the device to kv's host rows
+ * (before kv_serialize) and back (after kv_restore). No-ops on the CPU. */
+int backend_kv_pull(struct backend *be, struct kv_cache *kv,
+                    struct kk_error *err);
+int backend_kv_push(struct backend *be, struct kv_cache *kv,
+                    struct kk_error *err);
+
+/* A tensor of rows x width floats; freed with be_tensor_free (NULL-safe). */
+struct be_tensor *be_tensor_new(struct backend *be, int rows, int64_t width,
+                                struct kk_error *err);
+void be_tensor_free(struct backend *be, struct be_tensor *t);
+
+/* ---- one pass ---- */
+
+void be_begin(struct backend *be);
+/* Ends the pass: runs what was recorded. Fails only on a device error. */
+int be_end(struct backend *be, struct kk_error *err);
+
+/* The first `rows` rows of t as host floats, valid from the be_end() of this
+ * pass until the next be_begin(); owned by the backend. */
+const float *be_read(struct backend *be, const struct be_tensor *t, int rows);
 
 /* Embedding rows of `tokens`, times scale, into x (width w->n_cols). */
-void be_embed(const struct weight *w, const int32_t *tokens, int n,
-              float scale, float *x);
+void be_embed(struct backend *be, const struct weight *w,
+              const int32_t *tokens, int n, float scale, struct be_tensor *x);
+
+/* y[t][r] = W[r] · x[t] for n rows of x (width w->n_cols); y has width
+ * w->n_rows. Reads each weight row once for the whole batch. */
+void be_matmul(struct backend *be, const struct weight *w,
+               const struct be_tensor *x, int n, struct be_tensor *y);
+
+/* Copies rows row0 .. row0+n-1 of src to rows 0 .. n-1 of dst. */
+void be_copy_rows(struct backend *be, struct be_tensor *dst,
+                  const struct be_tensor *src, int row0, int n);
 
 /* y = x / rms(x) * weight over each group of `dim` values; n_groups groups.
  * In place when y == x. */
-void be_rmsnorm(float *y, const float *x, const float *weight, int n_groups,
+void be_rmsnorm(struct backend *be, struct be_tensor *y,
+                const struct be_tensor *x, const float *weight, int n_groups,
                 int dim, float eps);
 
 /* Rotates the first n_rot dimensions of each of n_heads heads of width
  * head_dim in each of n rows; row t has position pos[t]. */
-void be_rope(float *x, int n, int n_heads, int head_dim, int n_rot,
-             const int32_t *pos, float base, enum rope_style style);
+void be_rope(struct backend *be, struct be_tensor *x, int n, int n_heads,
+             int head_dim, int n_rot, const int32_t *pos, float base,
+             enum rope_style style);
 
-/* out = act(gate) * up elementwise over n*dim values; act is SiLU, or GELU
- * (tanh approximation, as ggml's fp16 table computes it) when use_gelu. */
-void be_gated_act(float *out, const float *gate, const float *up,
-                  int64_t count, bool use_gelu);
+/* gate = act(gate) * up elementwise over count values; act is SiLU, or
+ * GELU (tanh approximation, as ggml's fp16 table computes it) when
+ * use_gelu. */
+void be_gated_act(struct backend *be, struct be_tensor *gate,
+                  const struct be_tensor *up, int64_t count, bool use_gelu);
 
 /* x += y over count values. */
-void be_add(float *x, const float *y, int64_t count);
+void be_add(struct backend *be, struct be_tensor *x, const struct be_tensor *y,
+            int64_t count);
+/* Adds the vector `row` (width values) to each of n rows of x: a bias. */
+void be_add_row(struct backend *be, struct be_tensor *x, const float *row,
+                int n, int width);
+
+/* Stores n rows of keys and values (kv_dim each) for positions pos0.. of
+ * layer il in the cache's staging area, converted to its storage type;
+ * be_attention then sees them, be_kv_commit moves them into the layer's
+ * slots. */
+void be_kv_store(struct backend *be, struct kv_cache *kv, int il, int pos0,
+                 int n, const struct be_tensor *k, const struct be_tensor *v);
+void be_kv_commit(struct backend *be, struct kv_cache *kv);
 
 /* Attention of n query rows q (width n_head*head_dim) at positions
- * pos0..pos0+n-1 over layer il of the cache, whose slots 0..pos0+n-1 hold
- * the keys and values. window > 0 limits each query at p to keys k with
- * p - k < window. scale multiplies q·k. out has q's shape. */
-void be_attention(struct backend *be, float *out, const float *q,
-                  const struct kv_cache *kv, int il, int n, int pos0,
-                  int n_head, int n_head_kv, int head_dim, int window,
-                  float scale);
+ * pos0..pos0+n-1 over layer il of the cache, whose slots hold positions
+ * before pos0 and whose staging area holds this batch. window > 0 limits
+ * each query at p to keys k with p - k < window. scale multiplies q·k.
+ * out has q's shape. */
+void be_attention(struct backend *be, struct be_tensor *out,
+                  const struct be_tensor *q, const struct kv_cache *kv,
+                  int il, int n, int pos0, int n_head, int n_head_kv,
+                  int head_dim, int window, float scale);
 
 #endif

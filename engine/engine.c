@@ -185,8 +185,12 @@ int kk_session_new(struct kk_model *km, const struct kk_session_params *p,
     if (s->max_batch > s->n_ctx)
         s->max_batch = s->n_ctx;
     s->tokens = malloc(sizeof(int32_t) * (size_t)s->n_ctx);
-    if (!s->tokens || backend_new(p ? p->n_threads : 0, &s->be, err) ||
+    struct backend_params bp = {.kind = p ? p->backend : KK_BACKEND_CPU,
+                                .n_threads = p ? p->n_threads : 0,
+                                .device = p ? p->device : 0};
+    if (!s->tokens || backend_new(&bp, km->m, &s->be, err) ||
         new_kv(km->m, p, s->n_ctx, s->max_batch, &s->kv, err) ||
+        backend_bind_kv(s->be, s->kv, err) ||
         forward_new(km->m, s->be, s->max_batch, s->n_ctx, &s->fwd, err)) {
         if (!s->tokens)
             kk_fail(err, "out of memory");
@@ -206,6 +210,11 @@ void kk_session_free(struct kk_session *s)
     backend_free(s->be);
     free(s->tokens);
     free(s);
+}
+
+const char *kk_session_backend(const struct kk_session *s)
+{
+    return backend_name(s->be);
 }
 
 int kk_session_n_ctx(const struct kk_session *s)
@@ -346,6 +355,11 @@ const char *kk_model_fingerprint(const struct kk_model *m)
  * (committed, not yet evaluated) is evaluated by the next step as usual. */
 void *kk_session_save(const struct kk_session *s, size_t *size)
 {
+    /* A device backend keeps the rows in device memory: bring them over. */
+    if (backend_kv_pull(s->be, s->kv, NULL)) {
+        *size = 0;
+        return NULL;
+    }
     return kv_serialize(s->kv, s->tokens, s->n_tokens, s->model->fingerprint,
                         size);
 }
@@ -359,6 +373,10 @@ int kk_session_restore(struct kk_session *s, const void *blob, size_t size,
                        err);
     if (n < 0)
         return -1;
+    if (backend_kv_push(s->be, s->kv, err)) {
+        kv_clear(s->kv);
+        return -1;
+    }
     s->n_tokens = n;
     return 0;
 }

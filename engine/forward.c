@@ -17,23 +17,18 @@ struct forward {
     const struct model *m;
     struct backend *be;
     int max_batch;
-    /* Activations, each max_batch rows. */
-    float *x;      /* residual stream, n_embd */
-    float *h;      /* normed input of a block, n_embd */
-    float *q;      /* n_head * head_dim */
-    float *k, *v;  /* n_head_kv * head_dim */
-    float *att;    /* attention output, n_head * head_dim */
-    float *o;      /* block output, n_embd */
-    float *gate, *up; /* n_ff */
+    /* Activations, each max_batch rows, where the backend computes. */
+    struct be_tensor *x;      /* residual stream, n_embd */
+    struct be_tensor *h;      /* normed input of a block, n_embd */
+    struct be_tensor *q;      /* n_head * head_dim */
+    struct be_tensor *k, *v;  /* n_head_kv * head_dim */
+    struct be_tensor *att;    /* attention output, n_head * head_dim */
+    struct be_tensor *o;      /* block output, n_embd */
+    struct be_tensor *gate, *up; /* n_ff */
+    struct be_tensor *logits; /* n_vocab; grown to the rows asked for */
     int32_t *pos;
-    float *logits;
-    int logits_rows; /* capacity of logits, in rows */
+    const float *logits_host; /* the last pass's logits, owned by be */
 };
-
-static void *alloc_rows(int rows, int64_t width)
-{
-    return malloc((size_t)rows * (size_t)width * sizeof(float));
-}
 
 int forward_new(const struct model *m, struct backend *be, int max_batch,
                 int n_ctx, struct forward **out, struct kk_error *err)
@@ -48,18 +43,19 @@ int forward_new(const struct model *m, struct backend *be, int max_batch,
     f->max_batch = max_batch;
     int64_t q_dim = (int64_t)hp->n_head * hp->head_dim;
     int64_t kv_dim = (int64_t)hp->n_head_kv * hp->head_dim;
-    f->x = alloc_rows(max_batch, hp->n_embd);
-    f->h = alloc_rows(max_batch, hp->n_embd);
-    f->o = alloc_rows(max_batch, hp->n_embd);
-    f->q = alloc_rows(max_batch, q_dim);
-    f->att = alloc_rows(max_batch, q_dim);
-    f->k = alloc_rows(max_batch, kv_dim);
-    f->v = alloc_rows(max_batch, kv_dim);
-    f->gate = alloc_rows(max_batch, hp->n_ff);
-    f->up = alloc_rows(max_batch, hp->n_ff);
+    struct be_tensor **acts[] = {&f->x, &f->h, &f->o, &f->q, &f->att, &f->k,
+                                 &f->v, &f->gate, &f->up};
+    const int64_t widths[] = {hp->n_embd, hp->n_embd, hp->n_embd, q_dim,
+                              q_dim, kv_dim, kv_dim, hp->n_ff, hp->n_ff};
+    for (size_t i = 0; i < sizeof acts / sizeof acts[0]; i++) {
+        *acts[i] = be_tensor_new(be, max_batch, widths[i], err);
+        if (!*acts[i]) {
+            forward_free(f);
+            return -1;
+        }
+    }
     f->pos = malloc((size_t)max_batch * sizeof(int32_t));
-    if (!f->x || !f->h || !f->o || !f->q || !f->att || !f->k || !f->v ||
-        !f->gate || !f->up || !f->pos) {
+    if (!f->pos) {
         forward_free(f);
         return kk_fail(err, "out of memory allocating activations for "
                             "batches of %d tokens", max_batch);
@@ -80,10 +76,10 @@ void forward_free(struct forward *f)
 {
     if (!f)
         return;
-    float *bufs[] = {f->x, f->h, f->q, f->k, f->v, f->att, f->o,
-                     f->gate, f->up, f->logits};
-    for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
-        free(bufs[i]);
+    struct be_tensor *acts[] = {f->x, f->h, f->q, f->k, f->v, f->att, f->o,
+                                f->gate, f->up, f->logits};
+    for (size_t i = 0; i < sizeof acts / sizeof acts[0]; i++)
+        be_tensor_free(f->be, acts[i]);
     free(f->pos);
     free(f);
 }
@@ -95,15 +91,7 @@ int forward_max_batch(const struct forward *f)
 
 const float *forward_logits(const struct forward *f)
 {
-    return f->logits;
-}
-
-static void add_bias(float *x, const float *bias, int n, int width)
-{
-    if (!bias)
-        return;
-    for (int t = 0; t < n; t++)
-        be_add(x + (int64_t)t * width, bias, width);
+    return f->logits_host;
 }
 
 /* Attention block of layer il: h -> o, storing this batch's keys/values. */
@@ -113,28 +101,35 @@ static void attention_block(struct forward *f, struct kv_cache *kv, int il,
     const struct model_hparams *hp = &f->m->hp;
     const struct layer *L = &f->m->layers[il];
     const int hd = hp->head_dim, kv_dim = hp->n_head_kv * hd;
+    struct backend *be = f->be;
 
-    be_matmul(f->be, &L->wq, f->h, n, f->q);
-    be_matmul(f->be, &L->wk, f->h, n, f->k);
-    be_matmul(f->be, &L->wv, f->h, n, f->v);
-    add_bias(f->q, L->bq, n, hp->n_head * hd);
-    add_bias(f->k, L->bk, n, kv_dim);
-    add_bias(f->v, L->bv, n, kv_dim);
+    be_matmul(be, &L->wq, f->h, n, f->q);
+    be_matmul(be, &L->wk, f->h, n, f->k);
+    be_matmul(be, &L->wv, f->h, n, f->v);
+    if (L->bq)
+        be_add_row(be, f->q, L->bq, n, hp->n_head * hd);
+    if (L->bk)
+        be_add_row(be, f->k, L->bk, n, kv_dim);
+    if (L->bv)
+        be_add_row(be, f->v, L->bv, n, kv_dim);
     if (L->q_norm) {
-        be_rmsnorm(f->q, f->q, L->q_norm, n * hp->n_head, hd, hp->rms_eps);
-        be_rmsnorm(f->k, f->k, L->k_norm, n * hp->n_head_kv, hd, hp->rms_eps);
+        be_rmsnorm(be, f->q, f->q, L->q_norm, n * hp->n_head, hd, hp->rms_eps);
+        be_rmsnorm(be, f->k, f->k, L->k_norm, n * hp->n_head_kv, hd,
+                   hp->rms_eps);
     }
-    be_rope(f->q, n, hp->n_head, hd, hp->n_rot, f->pos, L->rope_base, hp->rope);
-    be_rope(f->k, n, hp->n_head_kv, hd, hp->n_rot, f->pos, L->rope_base,
+    be_rope(be, f->q, n, hp->n_head, hd, hp->n_rot, f->pos, L->rope_base,
             hp->rope);
-    kv_stage(kv, il, pos0, n, f->k, f->v);
-    be_attention(f->be, f->att, f->q, kv, il, n, pos0, hp->n_head,
+    be_rope(be, f->k, n, hp->n_head_kv, hd, hp->n_rot, f->pos, L->rope_base,
+            hp->rope);
+    be_kv_store(be, kv, il, pos0, n, f->k, f->v);
+    be_attention(be, f->att, f->q, kv, il, n, pos0, hp->n_head,
                  hp->n_head_kv, hd, L->is_sliding ? hp->sliding_window : 0,
                  hp->attn_scale);
-    kv_commit(kv);
-    be_matmul(f->be, &L->wo, f->att, n, f->o);
+    be_kv_commit(be, kv);
+    be_matmul(be, &L->wo, f->att, n, f->o);
     if (L->post_attn_norm)
-        be_rmsnorm(f->o, f->o, L->post_attn_norm, n, hp->n_embd, hp->rms_eps);
+        be_rmsnorm(be, f->o, f->o, L->post_attn_norm, n, hp->n_embd,
+                   hp->rms_eps);
 }
 
 /* Feed-forward block of layer il: h -> o. */
@@ -142,12 +137,14 @@ static void ffn_block(struct forward *f, int il, int n)
 {
     const struct model_hparams *hp = &f->m->hp;
     const struct layer *L = &f->m->layers[il];
-    be_matmul(f->be, &L->ffn_gate, f->h, n, f->gate);
-    be_matmul(f->be, &L->ffn_up, f->h, n, f->up);
-    be_gated_act(f->gate, f->gate, f->up, (int64_t)n * hp->n_ff, hp->uses_gelu);
-    be_matmul(f->be, &L->ffn_down, f->gate, n, f->o);
+    struct backend *be = f->be;
+    be_matmul(be, &L->ffn_gate, f->h, n, f->gate);
+    be_matmul(be, &L->ffn_up, f->h, n, f->up);
+    be_gated_act(be, f->gate, f->up, (int64_t)n * hp->n_ff, hp->uses_gelu);
+    be_matmul(be, &L->ffn_down, f->gate, n, f->o);
     if (L->post_ffn_norm)
-        be_rmsnorm(f->o, f->o, L->post_ffn_norm, n, hp->n_embd, hp->rms_eps);
+        be_rmsnorm(be, f->o, f->o, L->post_ffn_norm, n, hp->n_embd,
+                   hp->rms_eps);
 }
 
 static int check_input(const struct forward *f, const struct kv_cache *kv,
@@ -171,15 +168,11 @@ static int check_input(const struct forward *f, const struct kv_cache *kv,
 
 static int reserve_logits(struct forward *f, int rows, struct kk_error *err)
 {
-    if (rows <= f->logits_rows)
+    if (f->logits && rows <= f->logits->rows)
         return 0;
-    float *nl = realloc(f->logits, (size_t)rows * (size_t)f->m->hp.n_vocab *
-                                       sizeof(float));
-    if (!nl)
-        return kk_fail(err, "out of memory for %d rows of logits", rows);
-    f->logits = nl;
-    f->logits_rows = rows;
-    return 0;
+    be_tensor_free(f->be, f->logits);
+    f->logits = be_tensor_new(f->be, rows, f->m->hp.n_vocab, err);
+    return f->logits ? 0 : -1;
 }
 
 int forward_run(struct forward *f, struct kv_cache *kv, const int32_t *tokens,
@@ -187,28 +180,38 @@ int forward_run(struct forward *f, struct kv_cache *kv, const int32_t *tokens,
 {
     const struct model *m = f->m;
     const struct model_hparams *hp = &m->hp;
+    struct backend *be = f->be;
     const int pos0 = kv->n_tokens, n_out = n - logits_from;
     if (check_input(f, kv, tokens, n, logits_from, err) ||
-        reserve_logits(f, n_out, err))
+        reserve_logits(f, n_out > 0 ? n_out : 1, err))
         return -1;
     for (int t = 0; t < n; t++)
         f->pos[t] = pos0 + t;
 
-    be_embed(&m->tok_embd, tokens, n, hp->embd_scale, f->x);
+    be_begin(be);
+    be_embed(be, &m->tok_embd, tokens, n, hp->embd_scale, f->x);
     for (int il = 0; il < hp->n_layer; il++) {
         const struct layer *L = &m->layers[il];
-        be_rmsnorm(f->h, f->x, L->attn_norm, n, hp->n_embd, hp->rms_eps);
+        be_rmsnorm(be, f->h, f->x, L->attn_norm, n, hp->n_embd, hp->rms_eps);
         attention_block(f, kv, il, n, pos0);
-        be_add(f->x, f->o, (int64_t)n * hp->n_embd);
-        be_rmsnorm(f->h, f->x, L->ffn_norm, n, hp->n_embd, hp->rms_eps);
+        be_add(be, f->x, f->o, (int64_t)n * hp->n_embd);
+        be_rmsnorm(be, f->h, f->x, L->ffn_norm, n, hp->n_embd, hp->rms_eps);
         ffn_block(f, il, n);
-        be_add(f->x, f->o, (int64_t)n * hp->n_embd);
+        be_add(be, f->x, f->o, (int64_t)n * hp->n_embd);
+    }
+    if (n_out > 0) {
+        be_copy_rows(be, f->h, f->x, logits_from, n_out);
+        be_rmsnorm(be, f->h, f->h, m->output_norm, n_out, hp->n_embd,
+                   hp->rms_eps);
+        be_matmul(be, &m->output, f->h, n_out, f->logits);
+        f->logits_host = be_read(be, f->logits, n_out);
+    }
+    if (be_end(be, err)) {
+        /* A device error leaves the cache's rows unknown: start it over
+         * (the session re-evaluates its history from the first token). */
+        kv_clear(kv);
+        return -1;
     }
     kv->n_tokens = pos0 + n;
-    if (n_out == 0)
-        return 0;
-    float *last = f->x + (int64_t)logits_from * hp->n_embd;
-    be_rmsnorm(f->h, last, m->output_norm, n_out, hp->n_embd, hp->rms_eps);
-    be_matmul(f->be, &m->output, f->h, n_out, f->logits);
     return 0;
 }

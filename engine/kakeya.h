@@ -79,6 +79,14 @@ char *kk_chat_render(const struct kk_model *m, const char *const *roles,
 
 enum kk_kv_type { KK_KV_F16, KK_KV_F32, KK_KV_Q8_0 };
 
+/* Where a session computes. CPU is the default. VULKAN runs the forward pass
+ * as compute shaders on Vulkan device `device` (weights and KV cache live in
+ * device memory) and fails with a message when there is no loader or no such
+ * device. AUTO takes the first Vulkan GPU (discrete, integrated or virtual;
+ * never a software renderer such as lavapipe) and the CPU when there is
+ * none. */
+enum kk_backend { KK_BACKEND_CPU = 0, KK_BACKEND_VULKAN, KK_BACKEND_AUTO };
+
 struct kk_session_params {
     int n_ctx;        /* 0: min(model's training context, 4096) */
     int n_threads;    /* 0: all cores */
@@ -92,11 +100,16 @@ struct kk_session_params {
      * only the first kv_sinks positions and the last kv_window (0: off). */
     int kv_window;
     int kv_sinks;
+    enum kk_backend backend;   /* default CPU */
+    int device;                /* KK_BACKEND_VULKAN: index into
+                                  kk_vulkan_devices() (0: the first) */
 };
 
 int kk_session_new(struct kk_model *m, const struct kk_session_params *p,
                    struct kk_session **out, struct kk_error *err);
 void kk_session_free(struct kk_session *s);
+/* What the session computes on: "cpu", or "vulkan: <device name>". */
+const char *kk_session_backend(const struct kk_session *s);
 int kk_session_n_ctx(const struct kk_session *s);
 int kk_session_n_tokens(const struct kk_session *s);
 /* Forgets every token after the first n. (If ring layers no longer hold
@@ -118,7 +131,8 @@ void kk_session_kv_info(const struct kk_session *s, struct kk_kv_info *out);
 /* Checkpoints: the session's state (tokens and KV cache) as bytes, and
  * back. The blob carries a fingerprint of the model file, so restoring into
  * a session of other model files (or another cache configuration) is
- * refused with a message. kk_session_save returns a malloc'd buffer. */
+ * refused with a message. kk_session_save returns a malloc'd buffer, or
+ * NULL when memory (or, on a GPU, reading the cache back) fails. */
 void *kk_session_save(const struct kk_session *s, size_t *size);
 int kk_session_restore(struct kk_session *s, const void *blob, size_t size,
                        struct kk_error *err);
@@ -240,5 +254,32 @@ const char *kk_model_shape_name(int i);
 
 /* Which matmul kernels this CPU runs ("avx512-vnni", "avx2", ...). */
 const char *kk_cpu_kernels(void);
+
+/* ---- Vulkan devices ---- */
+
+enum kk_vk_device_type {
+    KK_VK_OTHER, KK_VK_INTEGRATED, KK_VK_DISCRETE, KK_VK_VIRTUAL, KK_VK_CPU
+};
+
+struct kk_vk_device_info {
+    char name[256];
+    enum kk_vk_device_type type;
+    const char *type_name;     /* "discrete", "integrated", "virtual", "cpu",
+                                  "other" */
+    uint64_t memory_bytes;     /* the largest device-local memory heap */
+    uint32_t api_version;      /* VK_MAKE_API_VERSION packing */
+    char driver[128];          /* driver name and version, when reported */
+    /* Whether kakeya can compute on it; when not, why_not says what is
+     * missing. */
+    bool is_usable;
+    char why_not[160];
+};
+
+/* Lists the Vulkan devices in the order the loader reports them (the order
+ * `device` indexes). Fills at most max entries and returns how many devices
+ * there are (0: a loader but no device), or -1 when no Vulkan loader can be
+ * opened or the instance cannot be created (err says which). */
+int kk_vulkan_devices(struct kk_vk_device_info *out, int max,
+                      struct kk_error *err);
 
 #endif

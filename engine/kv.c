@@ -1,6 +1,7 @@
 /* kv.c — see kv.h. */
 #include "kv.h"
 
+#include <assert.h>
 #include <immintrin.h>
 #include <math.h>
 #include <stdlib.h>
@@ -191,34 +192,69 @@ void kv_stage(struct kv_cache *kv, int il, int pos0, int n, const float *k,
         store_row(kv, kv->stage_v + (size_t)t * kv->row_bytes,
                   v + (size_t)t * kv->kv_dim);
     }
+    kv_stage_mark(kv, il, pos0, n);
+}
+
+void kv_stage_mark(struct kv_cache *kv, int il, int pos0, int n)
+{
     kv->stage_layer = il;
     kv->stage_pos0 = pos0;
     kv->stage_n = n;
 }
 
-void kv_commit(struct kv_cache *kv)
+int kv_commit_plan(const struct kv_cache *kv, struct kv_run *runs, int max)
 {
     if (kv->stage_layer < 0)
-        return;
-    struct kv_layer *L = &kv->layers[kv->stage_layer];
+        return 0;
+    const struct kv_layer *L = &kv->layers[kv->stage_layer];
     const int end = kv->stage_pos0 + kv->stage_n;
     /* A ring keeps only the newest `capacity` positions of a long batch
      * (sinks aside); older ones would be overwritten within it anyway. */
     int first = kv->stage_pos0, ring = L->capacity - L->n_sink;
     if (L->policy != KV_FULL && end - ring > first)
         first = end - ring;
+    int n_runs = 0;
     for (int pos = kv->stage_pos0; pos < end; pos++) {
         if (pos >= L->n_sink && pos < first)
             continue;
-        size_t off = (size_t)kv_slot(L, pos) * kv->row_bytes;
-        size_t st = (size_t)(pos - kv->stage_pos0) * kv->row_bytes;
-        memcpy(L->k + off, kv->stage_k + st, kv->row_bytes);
-        memcpy(L->v + off, kv->stage_v + st, kv->row_bytes);
+        int slot = kv_slot(L, pos), row = pos - kv->stage_pos0;
+        struct kv_run *r = n_runs ? &runs[n_runs - 1] : NULL;
+        if (r && r->slot + r->count == slot && r->stage_row + r->count == row) {
+            r->count++;
+            continue;
+        }
+        assert(n_runs < max);
+        runs[n_runs++] = (struct kv_run){.stage_row = row, .slot = slot,
+                                         .count = 1};
     }
+    return n_runs;
+}
+
+void kv_commit_done(struct kv_cache *kv)
+{
+    if (kv->stage_layer < 0)
+        return;
+    struct kv_layer *L = &kv->layers[kv->stage_layer];
+    const int end = kv->stage_pos0 + kv->stage_n;
     if (end > L->high)
         L->high = end;
     kv->stage_layer = -1;
     kv->stage_n = 0;
+}
+
+void kv_commit(struct kv_cache *kv)
+{
+    struct kv_run runs[KV_MAX_RUNS];
+    int n_runs = kv_commit_plan(kv, runs, KV_MAX_RUNS);
+    for (int i = 0; i < n_runs; i++) {
+        struct kv_layer *L = &kv->layers[kv->stage_layer];
+        size_t off = (size_t)runs[i].slot * kv->row_bytes;
+        size_t st = (size_t)runs[i].stage_row * kv->row_bytes;
+        size_t bytes = (size_t)runs[i].count * kv->row_bytes;
+        memcpy(L->k + off, kv->stage_k + st, bytes);
+        memcpy(L->v + off, kv->stage_v + st, bytes);
+    }
+    kv_commit_done(kv);
 }
 
 void kv_visible(const struct kv_layer *L, int model_window, int p,

@@ -114,6 +114,20 @@ void kv_stage(struct kv_cache *kv, int il, int pos0, int n, const float *k,
 /* Moves the staged rows into the layer's slots. */
 void kv_commit(struct kv_cache *kv);
 
+/* The same two steps for a cache whose rows live on a device: the device
+ * backend converts and copies the rows itself and keeps the bookkeeping
+ * here. kv_stage_mark records what is staged (kv_stage without the rows);
+ * kv_commit_plan lists the copies kv_commit makes, as runs of consecutive
+ * staged rows going to consecutive slots (at most KV_MAX_RUNS: the sinks,
+ * and a ring that wraps once); kv_commit_done records them as made. */
+enum { KV_MAX_RUNS = 4 };
+struct kv_run {
+    int stage_row, slot, count;
+};
+void kv_stage_mark(struct kv_cache *kv, int il, int pos0, int n);
+int kv_commit_plan(const struct kv_cache *kv, struct kv_run *runs, int max);
+void kv_commit_done(struct kv_cache *kv);
+
 /* The slot that holds position pos in layer L. */
 static inline int kv_slot(const struct kv_layer *L, int pos)
 {

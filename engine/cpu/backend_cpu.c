@@ -1,10 +1,11 @@
-/* backend_cpu.c — the op set of backend.h on the CPU.
+/* backend_cpu.c — the op set of backend.h on the CPU: ops run as they are
+ * called, the heavy ones (matmul, attention) on the thread pool.
  *
  * Numerics follow llama.cpp's CPU backend where it matters for agreement
  * with the golden logits: RMSNorm sums in double, RoPE advances theta by
  * repeated multiplication in float, GELU goes through fp16 rounding like
  * ggml's lookup table, and softmax sums in double. */
-#include "backend.h"
+#include "backend_impl.h"
 
 #include <cblas.h>
 #include <immintrin.h>
@@ -40,7 +41,8 @@ enum { MAX_GROUP = 64 };
  * row is converted once for all of them (prefill, verification). */
 enum { ATTN_TILE = 8 };
 
-struct backend {
+struct cpu_backend {
+    struct backend base;   /* first: a struct backend * points here */
     struct pool *pool;
     int n_threads;
     void *prep;            /* prepared activations of the current matmul */
@@ -54,12 +56,20 @@ struct backend {
     int max_tokens;
 };
 
-int backend_new(int n_threads, struct backend **out, struct kk_error *err)
+static const struct backend_ops cpu_ops;
+
+static struct cpu_backend *cpu(struct backend *be)
+{
+    return (struct cpu_backend *)be;
+}
+
+int backend_cpu_new(int n_threads, struct backend **out, struct kk_error *err)
 {
     *out = NULL;
-    struct backend *be = calloc(1, sizeof *be);
+    struct cpu_backend *be = calloc(1, sizeof *be);
     if (!be)
         return kk_fail(err, "out of memory");
+    be->base.ops = &cpu_ops;
     if (pool_new(n_threads, &be->pool, err)) {
         free(be);
         return -1;
@@ -67,23 +77,28 @@ int backend_new(int n_threads, struct backend **out, struct kk_error *err)
     be->n_threads = pool_threads(be->pool);
     /* Our pool already runs one sgemm per thread on disjoint tiles. */
     openblas_set_num_threads(1);
-    *out = be;
+    *out = &be->base;
     return 0;
 }
 
-void backend_free(struct backend *be)
+static void cpu_free(struct backend *base)
 {
-    if (!be)
-        return;
+    struct cpu_backend *be = cpu(base);
     pool_free(be->pool);
     free(be->prep);
     free(be->scores);
     free(be);
 }
 
-int backend_threads(const struct backend *be)
+static const char *cpu_name(const struct backend *be)
 {
-    return be->n_threads;
+    (void)be;
+    return "cpu";
+}
+
+static int cpu_threads(const struct backend *be)
+{
+    return ((const struct cpu_backend *)be)->n_threads;
 }
 
 static int grow(void **buf, size_t bytes, struct kk_error *err)
@@ -96,9 +111,11 @@ static int grow(void **buf, size_t bytes, struct kk_error *err)
     return 0;
 }
 
-int backend_reserve(struct backend *be, int max_tokens, int64_t max_cols,
-                    int n_ctx, int head_dim, int group, struct kk_error *err)
+static int cpu_reserve(struct backend *base, int max_tokens, int64_t max_cols,
+                       int n_ctx, int head_dim, int group,
+                       struct kk_error *err)
 {
+    struct cpu_backend *be = cpu(base);
     static const uint32_t types[] = {KK_F32, KK_F16, KK_BF16, KK_Q8_0,
                                      KK_Q4_0, KK_Q5_0, KK_Q4_K, KK_Q6_K};
     if (max_tokens > be->max_tokens || max_cols > be->max_cols) {
@@ -136,7 +153,7 @@ int backend_reserve(struct backend *be, int max_tokens, int64_t max_cols,
 /* ---- matmul ---- */
 
 struct matmul_job {
-    struct backend *be;
+    struct cpu_backend *be;
     const struct weight *w;
     const struct matmul_input *in;
     const float *x;
@@ -171,10 +188,12 @@ static void sgemm_task(void *ctx, int i, int thread)
                 (int)w->n_cols, 0.0f, j->y + r0, (int)w->n_rows);
 }
 
-void be_matmul(struct backend *be, const struct weight *w, const float *x,
-               int n, float *y)
+static void cpu_matmul(struct backend *base, const struct weight *w,
+                       const struct be_tensor *xt, int n, struct be_tensor *yt)
 {
-    struct matmul_job j = {.be = be, .w = w, .x = x, .y = y, .n = n};
+    struct cpu_backend *be = cpu(base);
+    const float *x = xt->data;
+    struct matmul_job j = {.be = be, .w = w, .x = x, .y = yt->data, .n = n};
     if (n >= SGEMM_MIN_TOKENS && w->type == KK_F32) {
         int tiles = (int)((w->n_rows + SGEMM_TILE_ROWS - 1) / SGEMM_TILE_ROWS);
         pool_run(be->pool, tiles, sgemm_task, &j);
@@ -193,23 +212,21 @@ void be_matmul(struct backend *be, const struct weight *w, const float *x,
 
 /* ---- cheap ops ---- */
 
-void be_embed(const struct weight *w, const int32_t *tokens, int n,
-              float scale, float *x)
+static void cpu_embed(struct backend *be, const struct weight *w,
+                      const int32_t *tokens, int n, float scale,
+                      struct be_tensor *x)
 {
-    for (int t = 0; t < n; t++) {
-        float *row = x + (int64_t)t * w->n_cols;
-        dequantize_row(w->type, (const char *)w->data +
-                                    (int64_t)tokens[t] * w->row_bytes,
-                       row, w->n_cols);
-        if (scale != 1.0f)
-            for (int64_t i = 0; i < w->n_cols; i++)
-                row[i] *= scale;
-    }
+    (void)be;
+    embed_rows(w, tokens, n, scale, x->data);
 }
 
-void be_rmsnorm(float *y, const float *x, const float *weight, int n_groups,
-                int dim, float eps)
+static void cpu_rmsnorm(struct backend *be, struct be_tensor *yt,
+                        const struct be_tensor *xt, const float *weight,
+                        int n_groups, int dim, float eps)
 {
+    (void)be;
+    const float *x = xt->data;
+    float *y = yt->data;
     for (int g = 0; g < n_groups; g++) {
         const float *xr = x + (int64_t)g * dim;
         float *yr = y + (int64_t)g * dim;
@@ -222,22 +239,23 @@ void be_rmsnorm(float *y, const float *x, const float *weight, int n_groups,
     }
 }
 
-void be_rope(float *x, int n, int n_heads, int head_dim, int n_rot,
-             const int32_t *pos, float base, enum rope_style style)
+static void cpu_rope(struct backend *be, struct be_tensor *xt, int n,
+                     int n_heads, int head_dim, int n_rot, const int32_t *pos,
+                     float base, enum rope_style style)
 {
-    const float theta_scale = powf(base, -2.0f / (float)n_rot);
+    (void)be;
+    float cs[1024];  /* n_rot <= head_dim <= 1024: the loader checks */
     for (int t = 0; t < n; t++) {
+        rope_angles(pos[t], n_rot, base, cs);
         for (int h = 0; h < n_heads; h++) {
-            float *v = x + ((int64_t)t * n_heads + h) * head_dim;
-            float theta = (float)pos[t];
+            float *v = xt->data + ((int64_t)t * n_heads + h) * head_dim;
             for (int i = 0; i < n_rot / 2; i++) {
-                float c = cosf(theta), s = sinf(theta);
+                float c = cs[2 * i], s = cs[2 * i + 1];
                 int a = style == ROPE_NORM ? 2 * i : i;
                 int b = style == ROPE_NORM ? 2 * i + 1 : i + n_rot / 2;
                 float x0 = v[a], x1 = v[b];
                 v[a] = x0 * c - x1 * s;
                 v[b] = x0 * s + x1 * c;
-                theta *= theta_scale;
             }
         }
     }
@@ -250,9 +268,13 @@ static float gelu_tanh(float x)
                                     (1.0f + 0.044715f * x * x)));
 }
 
-void be_gated_act(float *out, const float *gate, const float *up,
-                  int64_t count, bool use_gelu)
+static void cpu_gated_act(struct backend *be, struct be_tensor *gt,
+                          const struct be_tensor *ut, int64_t count,
+                          bool use_gelu)
 {
+    (void)be;
+    float *gate = gt->data, *out = gt->data;
+    const float *up = ut->data;
     for (int64_t i = 0; i < count; i++) {
         float g = gate[i], a;
         if (!use_gelu) {
@@ -271,10 +293,33 @@ void be_gated_act(float *out, const float *gate, const float *up,
     }
 }
 
-void be_add(float *x, const float *y, int64_t count)
+static void add_f32(float *x, const float *y, int64_t count)
 {
     for (int64_t i = 0; i < count; i++)
         x[i] += y[i];
+}
+
+static void cpu_add(struct backend *be, struct be_tensor *x,
+                    const struct be_tensor *y, int64_t count)
+{
+    (void)be;
+    add_f32(x->data, y->data, count);
+}
+
+static void cpu_add_row(struct backend *be, struct be_tensor *x,
+                        const float *row, int n, int width)
+{
+    (void)be;
+    for (int t = 0; t < n; t++)
+        add_f32(x->data + (int64_t)t * width, row, width);
+}
+
+static void cpu_copy_rows(struct backend *be, struct be_tensor *dst,
+                          const struct be_tensor *src, int row0, int n)
+{
+    (void)be;
+    memcpy(dst->data, src->data + (int64_t)row0 * src->width,
+           (size_t)n * (size_t)src->width * sizeof(float));
 }
 
 /* ---- attention ---- */
@@ -360,7 +405,7 @@ static double exp_shifted(float *x, int n, float max)
 }
 
 struct attention_job {
-    struct backend *be;
+    struct cpu_backend *be;
     float *out;
     const float *q;
     const struct kv_cache *kv;
@@ -452,13 +497,14 @@ static void attention_task(void *ctx, int i, int thread)
     }
 }
 
-void be_attention(struct backend *be, float *out, const float *q,
-                  const struct kv_cache *kv, int il, int n, int pos0,
-                  int n_head, int n_head_kv, int head_dim, int window,
-                  float scale)
+static void cpu_attention(struct backend *base, struct be_tensor *out,
+                          const struct be_tensor *q, const struct kv_cache *kv,
+                          int il, int n, int pos0, int n_head, int n_head_kv,
+                          int head_dim, int window, float scale)
 {
+    struct cpu_backend *be = cpu(base);
     struct attention_job j = {
-        .be = be, .out = out, .q = q, .kv = kv, .il = il, .n = n,
+        .be = be, .out = out->data, .q = q->data, .kv = kv, .il = il, .n = n,
         .pos0 = pos0, .n_head = n_head, .n_head_kv = n_head_kv,
         .group = n_head / n_head_kv, .head_dim = head_dim, .window = window,
         .scale = scale,
@@ -466,3 +512,82 @@ void be_attention(struct backend *be, float *out, const float *q,
     int tiles = (n + ATTN_TILE - 1) / ATTN_TILE;
     pool_run(be->pool, tiles * n_head_kv, attention_task, &j);
 }
+
+/* ---- the rest of the op set: host memory, ops run as called ---- */
+
+static int cpu_kv_noop(struct backend *be, struct kv_cache *kv,
+                       struct kk_error *err)
+{
+    (void)be, (void)kv, (void)err;
+    return 0;
+}
+
+static struct be_tensor *cpu_tensor_new(struct backend *be, int rows,
+                                        int64_t width, struct kk_error *err)
+{
+    (void)be;
+    struct be_tensor *t = calloc(1, sizeof *t);
+    if (t)
+        t->data = malloc((size_t)(rows > 0 ? rows : 1) * (size_t)width *
+                         sizeof(float));
+    if (!t || !t->data) {
+        free(t);
+        kk_fail(err, "out of memory for %d rows of %lld activations", rows,
+                (long long)width);
+        return NULL;
+    }
+    t->rows = rows;
+    t->width = width;
+    return t;
+}
+
+static void cpu_tensor_free(struct backend *be, struct be_tensor *t)
+{
+    (void)be;
+    free(t->data);
+    free(t);
+}
+
+static void cpu_begin(struct backend *be)
+{
+    (void)be;
+}
+
+static int cpu_end(struct backend *be, struct kk_error *err)
+{
+    (void)be, (void)err;
+    return 0;
+}
+
+static const float *cpu_read(struct backend *be, const struct be_tensor *t,
+                             int rows)
+{
+    (void)be, (void)rows;
+    return t->data;
+}
+
+static void cpu_kv_store(struct backend *be, struct kv_cache *kv, int il,
+                         int pos0, int n, const struct be_tensor *k,
+                         const struct be_tensor *v)
+{
+    (void)be;
+    kv_stage(kv, il, pos0, n, k->data, v->data);
+}
+
+static void cpu_kv_commit(struct backend *be, struct kv_cache *kv)
+{
+    (void)be;
+    kv_commit(kv);
+}
+
+static const struct backend_ops cpu_ops = {
+    .free = cpu_free, .name = cpu_name, .threads = cpu_threads,
+    .reserve = cpu_reserve, .bind_kv = cpu_kv_noop, .kv_pull = cpu_kv_noop,
+    .kv_push = cpu_kv_noop, .tensor_new = cpu_tensor_new,
+    .tensor_free = cpu_tensor_free, .begin = cpu_begin, .end = cpu_end,
+    .read = cpu_read, .embed = cpu_embed, .matmul = cpu_matmul,
+    .copy_rows = cpu_copy_rows, .rmsnorm = cpu_rmsnorm, .rope = cpu_rope,
+    .gated_act = cpu_gated_act, .add = cpu_add, .add_row = cpu_add_row,
+    .kv_store = cpu_kv_store, .kv_commit = cpu_kv_commit,
+    .attention = cpu_attention,
+};

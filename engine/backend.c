@@ -1,0 +1,191 @@
+/* backend.c — backend.h's calls, dispatched to the implementation that a
+ * backend was opened with (see backend_impl.h). */
+#include "backend_impl.h"
+
+#include <math.h>
+
+#include "error.h"
+#include "quant.h"
+
+int backend_new(const struct backend_params *p, const struct model *m,
+                struct backend **out, struct kk_error *err)
+{
+    *out = NULL;
+    switch (p->kind) {
+    case KK_BACKEND_VULKAN:
+        return backend_vulkan_new(p->device, m, out, err);
+    case KK_BACKEND_AUTO: {
+        /* The first GPU when there is one; the CPU otherwise, which is what
+         * the user asked for with "auto". */
+        struct kk_error ignored;
+        if (!backend_vulkan_new(-1, m, out, &ignored))
+            return 0;
+        return backend_cpu_new(p->n_threads, out, err);
+    }
+    default:
+        return backend_cpu_new(p->n_threads, out, err);
+    }
+}
+
+void backend_free(struct backend *be)
+{
+    if (be)
+        be->ops->free(be);
+}
+
+const char *backend_name(const struct backend *be)
+{
+    return be->ops->name(be);
+}
+
+int backend_threads(const struct backend *be)
+{
+    return be->ops->threads(be);
+}
+
+int backend_reserve(struct backend *be, int max_tokens, int64_t max_cols,
+                    int n_ctx, int head_dim, int group, struct kk_error *err)
+{
+    return be->ops->reserve(be, max_tokens, max_cols, n_ctx, head_dim, group,
+                            err);
+}
+
+int backend_bind_kv(struct backend *be, struct kv_cache *kv,
+                    struct kk_error *err)
+{
+    return be->ops->bind_kv(be, kv, err);
+}
+
+int backend_kv_pull(struct backend *be, struct kv_cache *kv,
+                    struct kk_error *err)
+{
+    return be->ops->kv_pull(be, kv, err);
+}
+
+int backend_kv_push(struct backend *be, struct kv_cache *kv,
+                    struct kk_error *err)
+{
+    return be->ops->kv_push(be, kv, err);
+}
+
+struct be_tensor *be_tensor_new(struct backend *be, int rows, int64_t width,
+                                struct kk_error *err)
+{
+    return be->ops->tensor_new(be, rows, width, err);
+}
+
+void be_tensor_free(struct backend *be, struct be_tensor *t)
+{
+    if (t)
+        be->ops->tensor_free(be, t);
+}
+
+void be_begin(struct backend *be)
+{
+    be->ops->begin(be);
+}
+
+int be_end(struct backend *be, struct kk_error *err)
+{
+    return be->ops->end(be, err);
+}
+
+const float *be_read(struct backend *be, const struct be_tensor *t, int rows)
+{
+    return be->ops->read(be, t, rows);
+}
+
+void be_embed(struct backend *be, const struct weight *w,
+              const int32_t *tokens, int n, float scale, struct be_tensor *x)
+{
+    be->ops->embed(be, w, tokens, n, scale, x);
+}
+
+void be_matmul(struct backend *be, const struct weight *w,
+               const struct be_tensor *x, int n, struct be_tensor *y)
+{
+    be->ops->matmul(be, w, x, n, y);
+}
+
+void be_copy_rows(struct backend *be, struct be_tensor *dst,
+                  const struct be_tensor *src, int row0, int n)
+{
+    be->ops->copy_rows(be, dst, src, row0, n);
+}
+
+void be_rmsnorm(struct backend *be, struct be_tensor *y,
+                const struct be_tensor *x, const float *weight, int n_groups,
+                int dim, float eps)
+{
+    be->ops->rmsnorm(be, y, x, weight, n_groups, dim, eps);
+}
+
+void be_rope(struct backend *be, struct be_tensor *x, int n, int n_heads,
+             int head_dim, int n_rot, const int32_t *pos, float base,
+             enum rope_style style)
+{
+    be->ops->rope(be, x, n, n_heads, head_dim, n_rot, pos, base, style);
+}
+
+void be_gated_act(struct backend *be, struct be_tensor *gate,
+                  const struct be_tensor *up, int64_t count, bool use_gelu)
+{
+    be->ops->gated_act(be, gate, up, count, use_gelu);
+}
+
+void be_add(struct backend *be, struct be_tensor *x, const struct be_tensor *y,
+            int64_t count)
+{
+    be->ops->add(be, x, y, count);
+}
+
+void be_add_row(struct backend *be, struct be_tensor *x, const float *row,
+                int n, int width)
+{
+    be->ops->add_row(be, x, row, n, width);
+}
+
+void be_kv_store(struct backend *be, struct kv_cache *kv, int il, int pos0,
+                 int n, const struct be_tensor *k, const struct be_tensor *v)
+{
+    be->ops->kv_store(be, kv, il, pos0, n, k, v);
+}
+
+void be_kv_commit(struct backend *be, struct kv_cache *kv)
+{
+    be->ops->kv_commit(be, kv);
+}
+
+void be_attention(struct backend *be, struct be_tensor *out,
+                  const struct be_tensor *q, const struct kv_cache *kv,
+                  int il, int n, int pos0, int n_head, int n_head_kv,
+                  int head_dim, int window, float scale)
+{
+    be->ops->attention(be, out, q, kv, il, n, pos0, n_head, n_head_kv,
+                       head_dim, window, scale);
+}
+
+void rope_angles(int32_t pos, int n_rot, float base, float *cs)
+{
+    const float theta_scale = powf(base, -2.0f / (float)n_rot);
+    float theta = (float)pos;
+    for (int i = 0; i < n_rot / 2; i++) {
+        cs[2 * i] = cosf(theta);
+        cs[2 * i + 1] = sinf(theta);
+        theta *= theta_scale;
+    }
+}
+
+void embed_rows(const struct weight *w, const int32_t *tokens, int n,
+                float scale, float *x)
+{
+    for (int t = 0; t < n; t++) {
+        float *row = x + (int64_t)t * w->n_cols;
+        dequantize_row(w->type, (const char *)w->data +
+                                    (int64_t)tokens[t] * w->row_bytes,
+                       row, w->n_cols);
+        if (scale != 1.0f)
+            for (int64_t i = 0; i < w->n_cols; i++)
+                row[i] *= scale;
+    }
+}

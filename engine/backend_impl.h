@@ -1,0 +1,82 @@
+/* backend_impl.h — what a backend implementation provides (internal to the
+ * backends and engine/backend.c, which dispatches backend.h's calls).
+ *
+ * An implementation embeds struct backend as the first member of its own
+ * struct and fills a static table of ops; every op has the meaning and the
+ * arguments of its be_ / backend_ counterpart in backend.h. */
+#ifndef KK_BACKEND_IMPL_H
+#define KK_BACKEND_IMPL_H
+
+#include "backend.h"
+
+struct backend_ops {
+    void (*free)(struct backend *be);
+    const char *(*name)(const struct backend *be);
+    int (*threads)(const struct backend *be);
+    int (*reserve)(struct backend *be, int max_tokens, int64_t max_cols,
+                   int n_ctx, int head_dim, int group, struct kk_error *err);
+    int (*bind_kv)(struct backend *be, struct kv_cache *kv,
+                   struct kk_error *err);
+    int (*kv_pull)(struct backend *be, struct kv_cache *kv,
+                   struct kk_error *err);
+    int (*kv_push)(struct backend *be, struct kv_cache *kv,
+                   struct kk_error *err);
+    struct be_tensor *(*tensor_new)(struct backend *be, int rows,
+                                    int64_t width, struct kk_error *err);
+    void (*tensor_free)(struct backend *be, struct be_tensor *t);
+
+    void (*begin)(struct backend *be);
+    int (*end)(struct backend *be, struct kk_error *err);
+    const float *(*read)(struct backend *be, const struct be_tensor *t,
+                         int rows);
+    void (*embed)(struct backend *be, const struct weight *w,
+                  const int32_t *tokens, int n, float scale,
+                  struct be_tensor *x);
+    void (*matmul)(struct backend *be, const struct weight *w,
+                   const struct be_tensor *x, int n, struct be_tensor *y);
+    void (*copy_rows)(struct backend *be, struct be_tensor *dst,
+                      const struct be_tensor *src, int row0, int n);
+    void (*rmsnorm)(struct backend *be, struct be_tensor *y,
+                    const struct be_tensor *x, const float *weight,
+                    int n_groups, int dim, float eps);
+    void (*rope)(struct backend *be, struct be_tensor *x, int n, int n_heads,
+                 int head_dim, int n_rot, const int32_t *pos, float base,
+                 enum rope_style style);
+    void (*gated_act)(struct backend *be, struct be_tensor *gate,
+                      const struct be_tensor *up, int64_t count,
+                      bool use_gelu);
+    void (*add)(struct backend *be, struct be_tensor *x,
+                const struct be_tensor *y, int64_t count);
+    void (*add_row)(struct backend *be, struct be_tensor *x, const float *row,
+                    int n, int width);
+    void (*kv_store)(struct backend *be, struct kv_cache *kv, int il,
+                     int pos0, int n, const struct be_tensor *k,
+                     const struct be_tensor *v);
+    void (*kv_commit)(struct backend *be, struct kv_cache *kv);
+    void (*attention)(struct backend *be, struct be_tensor *out,
+                      const struct be_tensor *q, const struct kv_cache *kv,
+                      int il, int n, int pos0, int n_head, int n_head_kv,
+                      int head_dim, int window, float scale);
+};
+
+struct backend {
+    const struct backend_ops *ops;
+};
+
+int backend_cpu_new(int n_threads, struct backend **out,
+                    struct kk_error *err);
+int backend_vulkan_new(int device, const struct model *m,
+                       struct backend **out, struct kk_error *err);
+
+/* The RoPE angles of one row, as the CPU computes them (theta advanced by
+ * repeated multiplication in float, like llama.cpp): cs[2i] = cos,
+ * cs[2i + 1] = sin for i < n_rot / 2. Shared so that every backend rotates
+ * by the same angles to the bit. */
+void rope_angles(int32_t pos, int n_rot, float base, float *cs);
+
+/* The embedding rows of `tokens` as f32, times scale, into x (n rows of
+ * w->n_cols): gathered on the host by every backend. */
+void embed_rows(const struct weight *w, const int32_t *tokens, int n,
+                float scale, float *x);
+
+#endif

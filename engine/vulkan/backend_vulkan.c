@@ -1,0 +1,693 @@
+/* backend_vulkan.c — the op set of backend.h as Vulkan compute shaders.
+ *
+ * Weights (vk_model), activations (one device buffer per be_tensor) and the
+ * KV cache's rows live in device memory. An op does not run when called: it
+ * records a dispatch (or a copy) into the device's command buffer, and
+ * be_end() submits the whole pass at once and waits, so a forward pass makes
+ * one trip to the GPU and back. The host prepares the little a pass needs
+ * from it — the embedding rows of its tokens and the RoPE angles, computed
+ * by the same code as on the CPU — in an upload buffer, copied to the device
+ * at the start of the pass; only the logits rows asked for come back.
+ *
+ * The KV cache keeps its bookkeeping (slots, ring positions, what is
+ * staged) in struct kv_cache on the host, exactly as on the CPU; only its
+ * rows are here. kv_commit_plan() tells which staged rows go to which slots,
+ * and they are moved with device copies. The host rows of the cache are
+ * filled only for checkpoints (backend_kv_pull / backend_kv_push). */
+#include "backend_impl.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "dtype.h"
+#include "error.h"
+#include "kv.h"
+#include "vk_device.h"
+#include "vk_model.h"
+#include "vk_shaders.h"
+
+/* The attention shader keeps one head of a query in registers. */
+enum { MAX_HEAD_DIM = 256 };
+/* Distinct RoPE tables one pass may use (gemma3 has two bases). */
+enum { MAX_ROPE_TABLES = 4 };
+
+static const struct {
+    uint32_t type;
+    const char *name;   /* the shader is matmul_<name> or matmul_rows_<name> */
+} matmul_shaders[] = {
+    {KK_F32, "f32"},   {KK_F16, "f16"},   {KK_BF16, "bf16"},
+    {KK_Q8_0, "q8_0"}, {KK_Q4_0, "q4_0"}, {KK_Q5_0, "q5_0"},
+    {KK_Q4_K, "q4_k"}, {KK_Q6_K, "q6_k"},
+};
+enum { N_MATMUL = sizeof matmul_shaders / sizeof matmul_shaders[0] };
+
+struct rope_table {
+    float base;
+    int n_rot;
+    struct vk_buffer buf;
+};
+
+struct vk_backend {
+    struct backend base;     /* first: a struct backend * points here */
+    struct vk_device *dev;
+    struct vk_model *weights;
+    char name[300];
+    struct vk_pipeline matmul[N_MATMUL];
+    /* Rows per matmul workgroup: MM_ROWS cooperating on a GPU, or
+     * MM_ROWWISE_ROWS (one per invocation) on a CPU-backed device. */
+    uint32_t matmul_rows;
+    struct vk_pipeline rmsnorm, rope, add, gated_act, kv_store, attention;
+    /* Host data of the pass being recorded; read by the GPU at submit. */
+    struct vk_buffer upload;
+    size_t upload_used;
+    struct rope_table rope_tables[MAX_ROPE_TABLES];
+    int n_rope_tables;        /* filled in this pass */
+    int max_tokens, head_dim; /* what backend_reserve sized for */
+    struct vk_buffer readback;
+    /* The bound cache: per layer, its key and value rows; the batch's
+     * staged rows. */
+    struct kv_cache *kv;
+    int n_kv_layers;          /* kept: the cache may be freed before us */
+    struct vk_buffer *kv_k, *kv_v;
+    struct vk_buffer stage_k, stage_v;
+    /* A problem met while recording: be_end() reports it. */
+    bool failed;
+    struct kk_error fail;
+};
+
+static struct vk_backend *vkb(struct backend *be)
+{
+    return (struct vk_backend *)be;
+}
+
+static struct vk_buffer *buf(const struct be_tensor *t)
+{
+    return t->device;
+}
+
+/* Remembers the first problem of a pass; ops after it record nothing. */
+static void pass_fail(struct vk_backend *be, const char *msg)
+{
+    if (!be->failed)
+        kk_fail(&be->fail, "%s", msg);
+    be->failed = true;
+}
+
+/* Shaders read 32-bit words; an unaligned row's last bytes may sit in a
+ * word past its end. */
+static VkDeviceSize padded(size_t bytes)
+{
+    return (bytes + 3) / 4 * 4 + 4;
+}
+
+/* ---- dispatch helpers ---- */
+
+static void dispatch(struct vk_backend *be, const struct vk_pipeline *p,
+                     const struct vk_buffer *const *bufs, const void *push,
+                     uint32_t gx, uint32_t gy, uint32_t gz)
+{
+    if (!be->failed)
+        vk_dispatch(be->dev, p, bufs, push, gx, gy, gz);
+}
+
+static void copy(struct vk_backend *be, const struct vk_buffer *src,
+                 VkDeviceSize src_off, const struct vk_buffer *dst,
+                 VkDeviceSize dst_off, VkDeviceSize bytes)
+{
+    if (!be->failed && bytes > 0)
+        vk_copy(be->dev, src, src_off, dst, dst_off, bytes);
+}
+
+static uint32_t groups_of(int64_t count, int64_t per)
+{
+    return (uint32_t)((count + per - 1) / per);
+}
+
+/* Elementwise shaders loop over the grid, so a capped grid covers all. */
+static uint32_t elementwise_groups(int64_t count)
+{
+    uint32_t g = groups_of(count, 256);
+    return g > ELEMWISE_MAX_GROUPS ? ELEMWISE_MAX_GROUPS : g ? g : 1;
+}
+
+/* Space for `bytes` of host data in this pass's upload buffer; its offset,
+ * or -1 (and the pass fails) when backend_reserve sized too little. */
+static int64_t upload_alloc(struct vk_backend *be, size_t bytes)
+{
+    size_t off = (be->upload_used + 15) / 16 * 16;
+    if (off + bytes > be->upload.size) {
+        pass_fail(be, "internal: a pass needs more upload space than "
+                      "backend_reserve made");
+        return -1;
+    }
+    be->upload_used = off + bytes;
+    return (int64_t)off;
+}
+
+/* ---- the backend ---- */
+
+static const struct backend_ops vk_ops;
+
+static int make_pipeline(struct vk_backend *be, const char *shader,
+                         int n_buffers, uint32_t push_bytes,
+                         struct vk_pipeline *out, struct kk_error *err)
+{
+    const struct vk_spirv *code = vk_shader_find(shader);
+    if (!code)
+        return kk_fail(err, "internal: shader '%s' is not in this build",
+                       shader);
+    if (vk_pipeline_new(be->dev, code->code, code->bytes, n_buffers,
+                        push_bytes, out, err)) {
+        kk_error_prefix(err, shader);
+        return -1;
+    }
+    return 0;
+}
+
+static int make_pipelines(struct vk_backend *be, struct kk_error *err)
+{
+    bool rowwise = vk_device_is_cpu(be->dev);
+    be->matmul_rows = rowwise ? MM_ROWWISE_ROWS : MM_ROWS;
+    for (int i = 0; i < N_MATMUL; i++) {
+        char name[64];
+        snprintf(name, sizeof name, "matmul_%s%s", rowwise ? "rows_" : "",
+                 matmul_shaders[i].name);
+        if (make_pipeline(be, name, 3, sizeof(struct vk_push_matmul),
+                          &be->matmul[i], err))
+            return -1;
+    }
+    return make_pipeline(be, "rmsnorm", 3, sizeof(struct vk_push_rmsnorm),
+                         &be->rmsnorm, err) ||
+           make_pipeline(be, "rope", 2, sizeof(struct vk_push_rope),
+                         &be->rope, err) ||
+           make_pipeline(be, "add", 2, sizeof(struct vk_push_add), &be->add,
+                         err) ||
+           make_pipeline(be, "gated_act", 2, sizeof(struct vk_push_gated_act),
+                         &be->gated_act, err) ||
+           make_pipeline(be, "kv_store", 2, sizeof(struct vk_push_kv_store),
+                         &be->kv_store, err) ||
+           make_pipeline(be, "attention", 6, sizeof(struct vk_push_attention),
+                         &be->attention, err)
+               ? -1 : 0;
+}
+
+static int matmul_index(uint32_t type)
+{
+    for (int i = 0; i < N_MATMUL; i++)
+        if (matmul_shaders[i].type == type)
+            return i;
+    return -1;
+}
+
+/* What the shaders cannot run is refused before anything is uploaded. */
+static int check_model(const struct model *m, struct kk_error *err)
+{
+    const struct model_hparams *hp = &m->hp;
+    if (hp->head_dim > MAX_HEAD_DIM)
+        return kk_fail(err, "this model's attention heads have %d dimensions "
+                            "and the Vulkan backend handles at most %d; use "
+                            "--backend cpu", hp->head_dim, MAX_HEAD_DIM);
+    const struct weight *ws[] = {&m->output};
+    for (size_t i = 0; i < sizeof ws / sizeof ws[0]; i++)
+        if (matmul_index(ws[i]->type) < 0)
+            goto bad_type;
+    for (int il = 0; il < hp->n_layer; il++) {
+        const struct layer *L = &m->layers[il];
+        const struct weight *lw[] = {&L->wq, &L->wk, &L->wv, &L->wo,
+                                     &L->ffn_gate, &L->ffn_up,
+                                     &L->ffn_down};
+        for (size_t i = 0; i < sizeof lw / sizeof lw[0]; i++)
+            if (matmul_index(lw[i]->type) < 0)
+                goto bad_type;
+    }
+    return 0;
+bad_type:
+    return kk_fail(err, "the Vulkan backend has no kernel for one of this "
+                        "model's weight types (it runs F32, F16, BF16, Q8_0, "
+                        "Q4_0, Q5_0, Q4_K and Q6_K); use --backend cpu");
+}
+
+int backend_vulkan_new(int device, const struct model *m,
+                       struct backend **out, struct kk_error *err)
+{
+    *out = NULL;
+    if (check_model(m, err))
+        return -1;
+    struct vk_backend *be = calloc(1, sizeof *be);
+    if (!be)
+        return kk_fail(err, "out of memory");
+    be->base.ops = &vk_ops;
+    if (vk_device_open(device, &be->dev, err)) {
+        free(be);
+        return -1;
+    }
+    snprintf(be->name, sizeof be->name, "vulkan: %s", vk_device_name(be->dev));
+    if (make_pipelines(be, err) ||
+        vk_model_upload(be->dev, m, &be->weights, err)) {
+        be->base.ops->free(&be->base);
+        return -1;
+    }
+    *out = &be->base;
+    return 0;
+}
+
+static void free_kv_buffers(struct vk_backend *be)
+{
+    for (int il = 0; il < be->n_kv_layers; il++) {
+        if (be->kv_k)
+            vk_buffer_free(be->dev, &be->kv_k[il]);
+        if (be->kv_v)
+            vk_buffer_free(be->dev, &be->kv_v[il]);
+    }
+    free(be->kv_k);
+    free(be->kv_v);
+    be->kv_k = be->kv_v = NULL;
+    be->n_kv_layers = 0;
+    vk_buffer_free(be->dev, &be->stage_k);
+    vk_buffer_free(be->dev, &be->stage_v);
+    be->kv = NULL;
+}
+
+static void vkb_free(struct backend *base)
+{
+    struct vk_backend *be = vkb(base);
+    free_kv_buffers(be);
+    for (int i = 0; i < MAX_ROPE_TABLES; i++)
+        vk_buffer_free(be->dev, &be->rope_tables[i].buf);
+    vk_buffer_free(be->dev, &be->upload);
+    vk_buffer_free(be->dev, &be->readback);
+    struct vk_pipeline *ps[] = {&be->rmsnorm, &be->rope, &be->add,
+                                &be->gated_act, &be->kv_store,
+                                &be->attention};
+    for (size_t i = 0; i < sizeof ps / sizeof ps[0]; i++)
+        vk_pipeline_free(be->dev, ps[i]);
+    for (int i = 0; i < N_MATMUL; i++)
+        vk_pipeline_free(be->dev, &be->matmul[i]);
+    vk_model_free(be->dev, be->weights);
+    vk_device_close(be->dev);
+    free(be);
+}
+
+static const char *vkb_name(const struct backend *be)
+{
+    return ((const struct vk_backend *)be)->name;
+}
+
+static int vkb_threads(const struct backend *be)
+{
+    (void)be;
+    return 1;
+}
+
+/* The upload buffer holds a pass's embedding rows (max_tokens x max_cols)
+ * and its RoPE tables; each table buffer max_tokens x head_dim angles. */
+static int vkb_reserve(struct backend *base, int max_tokens, int64_t max_cols,
+                       int n_ctx, int head_dim, int group,
+                       struct kk_error *err)
+{
+    (void)n_ctx, (void)group;
+    struct vk_backend *be = vkb(base);
+    if (max_tokens <= be->max_tokens && head_dim <= be->head_dim &&
+        (size_t)max_tokens * (size_t)(max_cols + MAX_ROPE_TABLES * head_dim) *
+                sizeof(float) <= be->upload.size)
+        return 0;
+    max_tokens = max_tokens > be->max_tokens ? max_tokens : be->max_tokens;
+    head_dim = head_dim > be->head_dim ? head_dim : be->head_dim;
+    size_t upload = (size_t)max_tokens *
+                        (size_t)(max_cols + MAX_ROPE_TABLES * head_dim) *
+                        sizeof(float) + 16 * (MAX_ROPE_TABLES + 1);
+    vk_buffer_free(be->dev, &be->upload);
+    if (vk_buffer_new(be->dev, upload, VK_MEM_UPLOAD, &be->upload, err))
+        return -1;
+    for (int i = 0; i < MAX_ROPE_TABLES; i++) {
+        vk_buffer_free(be->dev, &be->rope_tables[i].buf);
+        if (vk_buffer_new(be->dev,
+                          (size_t)max_tokens * (size_t)head_dim * sizeof(float),
+                          VK_MEM_DEVICE, &be->rope_tables[i].buf, err))
+            return -1;
+    }
+    be->max_tokens = max_tokens;
+    be->head_dim = head_dim;
+    return 0;
+}
+
+/* ---- the KV cache's rows ---- */
+
+static int vkb_bind_kv(struct backend *base, struct kv_cache *kv,
+                       struct kk_error *err)
+{
+    struct vk_backend *be = vkb(base);
+    free_kv_buffers(be);
+    be->kv = kv;
+    be->kv_k = calloc((size_t)kv->n_layer, sizeof *be->kv_k);
+    be->kv_v = calloc((size_t)kv->n_layer, sizeof *be->kv_v);
+    if (!be->kv_k || !be->kv_v) {
+        free_kv_buffers(be);
+        return kk_fail(err, "out of memory");
+    }
+    be->n_kv_layers = kv->n_layer;
+    for (int il = 0; il < kv->n_layer; il++) {
+        size_t bytes = (size_t)kv->layers[il].capacity * kv->row_bytes;
+        if (vk_buffer_new(be->dev, padded(bytes), VK_MEM_DEVICE,
+                          &be->kv_k[il], err) ||
+            vk_buffer_new(be->dev, padded(bytes), VK_MEM_DEVICE,
+                          &be->kv_v[il], err))
+            goto fail;
+    }
+    size_t stage = (size_t)kv->max_batch * kv->row_bytes;
+    if (vk_buffer_new(be->dev, padded(stage), VK_MEM_DEVICE, &be->stage_k,
+                      err) ||
+        vk_buffer_new(be->dev, padded(stage), VK_MEM_DEVICE, &be->stage_v,
+                      err))
+        goto fail;
+    return 0;
+fail:
+    free_kv_buffers(be);
+    kk_error_prefix(err, "the KV cache on the GPU (try a smaller --ctx or "
+                         "--kv q8_0)");
+    return -1;
+}
+
+static int vkb_kv_pull(struct backend *base, struct kv_cache *kv,
+                       struct kk_error *err)
+{
+    struct vk_backend *be = vkb(base);
+    for (int il = 0; il < kv->n_layer; il++) {
+        size_t bytes = (size_t)kv->layers[il].capacity * kv->row_bytes;
+        if (vk_download(be->dev, &be->kv_k[il], 0, kv->layers[il].k, bytes,
+                        err) ||
+            vk_download(be->dev, &be->kv_v[il], 0, kv->layers[il].v, bytes,
+                        err))
+            return -1;
+    }
+    return 0;
+}
+
+static int vkb_kv_push(struct backend *base, struct kv_cache *kv,
+                       struct kk_error *err)
+{
+    struct vk_backend *be = vkb(base);
+    for (int il = 0; il < kv->n_layer; il++) {
+        size_t bytes = (size_t)kv->layers[il].capacity * kv->row_bytes;
+        if (vk_upload(be->dev, &be->kv_k[il], 0, kv->layers[il].k, bytes,
+                      err) ||
+            vk_upload(be->dev, &be->kv_v[il], 0, kv->layers[il].v, bytes,
+                      err))
+            return -1;
+    }
+    return 0;
+}
+
+/* ---- tensors ---- */
+
+static struct be_tensor *vkb_tensor_new(struct backend *base, int rows,
+                                        int64_t width, struct kk_error *err)
+{
+    struct vk_backend *be = vkb(base);
+    struct be_tensor *t = calloc(1, sizeof *t);
+    struct vk_buffer *b = calloc(1, sizeof *b);
+    if (!t || !b) {
+        free(t);
+        free(b);
+        kk_fail(err, "out of memory");
+        return NULL;
+    }
+    size_t bytes = (size_t)(rows > 0 ? rows : 1) * (size_t)width *
+                   sizeof(float);
+    if (vk_buffer_new(be->dev, bytes, VK_MEM_DEVICE, b, err)) {
+        free(t);
+        free(b);
+        return NULL;
+    }
+    t->rows = rows;
+    t->width = width;
+    t->device = b;
+    return t;
+}
+
+static void vkb_tensor_free(struct backend *base, struct be_tensor *t)
+{
+    vk_buffer_free(vkb(base)->dev, buf(t));
+    free(t->device);
+    free(t);
+}
+
+/* ---- a pass ---- */
+
+static void vkb_begin(struct backend *base)
+{
+    struct vk_backend *be = vkb(base);
+    be->failed = false;
+    be->upload_used = 0;
+    be->n_rope_tables = 0;
+    if (vk_begin(be->dev, &be->fail))
+        be->failed = true;
+}
+
+static int vkb_end(struct backend *base, struct kk_error *err)
+{
+    struct vk_backend *be = vkb(base);
+    struct kk_error submit;
+    int rc = vk_submit_wait(be->dev, &submit);
+    if (be->failed) {
+        if (err)
+            *err = be->fail;
+        return -1;
+    }
+    if (rc && err)
+        *err = submit;
+    return rc;
+}
+
+static const float *vkb_read(struct backend *base, const struct be_tensor *t,
+                             int rows)
+{
+    struct vk_backend *be = vkb(base);
+    size_t bytes = (size_t)rows * (size_t)t->width * sizeof(float);
+    if (be->readback.size < bytes) {
+        vk_buffer_free(be->dev, &be->readback);
+        if (vk_buffer_new(be->dev, bytes, VK_MEM_READBACK, &be->readback,
+                          &be->fail)) {
+            be->failed = true;
+            return NULL;
+        }
+    }
+    copy(be, buf(t), 0, &be->readback, 0, bytes);
+    return be->readback.mapped;
+}
+
+/* ---- ops ---- */
+
+static void vkb_embed(struct backend *base, const struct weight *w,
+                      const int32_t *tokens, int n, float scale,
+                      struct be_tensor *x)
+{
+    struct vk_backend *be = vkb(base);
+    size_t bytes = (size_t)n * (size_t)w->n_cols * sizeof(float);
+    int64_t off = upload_alloc(be, bytes);
+    if (off < 0)
+        return;
+    embed_rows(w, tokens, n, scale,
+               (float *)((char *)be->upload.mapped + off));
+    copy(be, &be->upload, (VkDeviceSize)off, buf(x), 0, bytes);
+}
+
+static void vkb_matmul(struct backend *base, const struct weight *w,
+                       const struct be_tensor *x, int n, struct be_tensor *y)
+{
+    struct vk_backend *be = vkb(base);
+    const struct vk_buffer *wb = vk_model_find(be->weights, w->data);
+    int mi = matmul_index(w->type);
+    if (!wb || mi < 0) {
+        pass_fail(be, "internal: a weight matrix is not on the GPU");
+        return;
+    }
+    struct vk_push_matmul pc = {.n_cols = (uint32_t)w->n_cols,
+                                .n_rows = (uint32_t)w->n_rows,
+                                .n_tokens = (uint32_t)n,
+                                .row_bytes = (uint32_t)w->row_bytes};
+    /* Row groups past the device's grid limit (a 256k-token vocabulary)
+     * spill into z; the shader numbers groups x + z * groups_x. */
+    uint32_t groups = groups_of(w->n_rows, be->matmul_rows);
+    uint32_t max_x = vk_device_max_groups_x(be->dev);
+    uint32_t gz = (groups + max_x - 1) / max_x;
+    uint32_t gx = (groups + gz - 1) / gz;
+    const struct vk_buffer *bufs[] = {wb, buf(x), buf(y)};
+    dispatch(be, &be->matmul[mi], bufs, &pc, gx, groups_of(n, MM_TOKENS), gz);
+}
+
+static void vkb_copy_rows(struct backend *base, struct be_tensor *dst,
+                          const struct be_tensor *src, int row0, int n)
+{
+    size_t row = (size_t)src->width * sizeof(float);
+    copy(vkb(base), buf(src), (VkDeviceSize)row0 * row, buf(dst), 0,
+         (VkDeviceSize)n * row);
+}
+
+static void vkb_rmsnorm(struct backend *base, struct be_tensor *y,
+                        const struct be_tensor *x, const float *weight,
+                        int n_groups, int dim, float eps)
+{
+    struct vk_backend *be = vkb(base);
+    const struct vk_buffer *wb = vk_model_find(be->weights, weight);
+    if (!wb) {
+        pass_fail(be, "internal: a norm vector is not on the GPU");
+        return;
+    }
+    struct vk_push_rmsnorm pc = {.dim = (uint32_t)dim,
+                                 .n_groups = (uint32_t)n_groups, .eps = eps};
+    const struct vk_buffer *bufs[] = {buf(x), buf(y), wb};
+    dispatch(be, &be->rmsnorm, bufs, &pc, (uint32_t)n_groups, 1, 1);
+}
+
+/* The angle table of this pass for (base, n_rot), made on first use. */
+static const struct vk_buffer *rope_table(struct vk_backend *be, int n,
+                                          int n_rot, const int32_t *pos,
+                                          float base)
+{
+    for (int i = 0; i < be->n_rope_tables; i++)
+        if (be->rope_tables[i].base == base &&
+            be->rope_tables[i].n_rot == n_rot)
+            return &be->rope_tables[i].buf;
+    if (be->n_rope_tables == MAX_ROPE_TABLES) {
+        pass_fail(be, "internal: more RoPE bases in one pass than tables");
+        return NULL;
+    }
+    size_t bytes = (size_t)n * (size_t)n_rot * sizeof(float);
+    int64_t off = upload_alloc(be, bytes);
+    if (off < 0)
+        return NULL;
+    float *cs = (float *)((char *)be->upload.mapped + off);
+    for (int t = 0; t < n; t++)
+        rope_angles(pos[t], n_rot, base, cs + (size_t)t * (size_t)n_rot);
+    struct rope_table *rt = &be->rope_tables[be->n_rope_tables++];
+    rt->base = base;
+    rt->n_rot = n_rot;
+    copy(be, &be->upload, (VkDeviceSize)off, &rt->buf, 0, bytes);
+    return &rt->buf;
+}
+
+static void vkb_rope(struct backend *base, struct be_tensor *x, int n,
+                     int n_heads, int head_dim, int n_rot, const int32_t *pos,
+                     float rope_base, enum rope_style style)
+{
+    struct vk_backend *be = vkb(base);
+    const struct vk_buffer *cs = rope_table(be, n, n_rot, pos, rope_base);
+    if (!cs)
+        return;
+    struct vk_push_rope pc = {.n_rows = (uint32_t)n,
+                              .n_heads = (uint32_t)n_heads,
+                              .head_dim = (uint32_t)head_dim,
+                              .n_rot = (uint32_t)n_rot,
+                              .style = style == ROPE_NEOX};
+    const struct vk_buffer *bufs[] = {buf(x), cs};
+    dispatch(be, &be->rope, bufs, &pc,
+             groups_of((int64_t)n * n_heads * (n_rot / 2), 64), 1, 1);
+}
+
+static void vkb_gated_act(struct backend *base, struct be_tensor *gate,
+                          const struct be_tensor *up, int64_t count,
+                          bool use_gelu)
+{
+    struct vk_backend *be = vkb(base);
+    struct vk_push_gated_act pc = {.count = (uint32_t)count,
+                                   .use_gelu = use_gelu};
+    const struct vk_buffer *bufs[] = {buf(gate), buf(up)};
+    dispatch(be, &be->gated_act, bufs, &pc, elementwise_groups(count), 1, 1);
+}
+
+static void vkb_add(struct backend *base, struct be_tensor *x,
+                    const struct be_tensor *y, int64_t count)
+{
+    struct vk_backend *be = vkb(base);
+    struct vk_push_add pc = {.count = (uint32_t)count, .width = 0};
+    const struct vk_buffer *bufs[] = {buf(x), buf(y)};
+    dispatch(be, &be->add, bufs, &pc, elementwise_groups(count), 1, 1);
+}
+
+static void vkb_add_row(struct backend *base, struct be_tensor *x,
+                        const float *row, int n, int width)
+{
+    struct vk_backend *be = vkb(base);
+    const struct vk_buffer *rb = vk_model_find(be->weights, row);
+    if (!rb) {
+        pass_fail(be, "internal: a bias vector is not on the GPU");
+        return;
+    }
+    int64_t count = (int64_t)n * width;
+    struct vk_push_add pc = {.count = (uint32_t)count,
+                             .width = (uint32_t)width};
+    const struct vk_buffer *bufs[] = {buf(x), rb};
+    dispatch(be, &be->add, bufs, &pc, elementwise_groups(count), 1, 1);
+}
+
+static void vkb_kv_store(struct backend *base, struct kv_cache *kv, int il,
+                         int pos0, int n, const struct be_tensor *k,
+                         const struct be_tensor *v)
+{
+    struct vk_backend *be = vkb(base);
+    /* enum kv_type is f32, f16, q8_0: the shader's 0, 1, 2. */
+    struct vk_push_kv_store pc = {.n_rows = (uint32_t)n,
+                                  .kv_dim = (uint32_t)kv->kv_dim,
+                                  .type = (uint32_t)kv->type,
+                                  .block = (uint32_t)kv->block,
+                                  .row_bytes = (uint32_t)kv->row_bytes};
+    uint32_t words = groups_of((int64_t)n * (int64_t)kv->row_bytes, 4);
+    const struct vk_buffer *kb[] = {buf(k), &be->stage_k};
+    const struct vk_buffer *vb[] = {buf(v), &be->stage_v};
+    dispatch(be, &be->kv_store, kb, &pc, groups_of(words, 64), 1, 1);
+    dispatch(be, &be->kv_store, vb, &pc, groups_of(words, 64), 1, 1);
+    kv_stage_mark(kv, il, pos0, n);
+}
+
+static void vkb_kv_commit(struct backend *base, struct kv_cache *kv)
+{
+    struct vk_backend *be = vkb(base);
+    struct kv_run runs[KV_MAX_RUNS];
+    int n_runs = kv_commit_plan(kv, runs, KV_MAX_RUNS);
+    const size_t rb = kv->row_bytes;
+    for (int i = 0; i < n_runs; i++) {
+        const int il = kv->stage_layer;
+        VkDeviceSize src = (VkDeviceSize)runs[i].stage_row * rb;
+        VkDeviceSize dst = (VkDeviceSize)runs[i].slot * rb;
+        VkDeviceSize bytes = (VkDeviceSize)runs[i].count * rb;
+        copy(be, &be->stage_k, src, &be->kv_k[il], dst, bytes);
+        copy(be, &be->stage_v, src, &be->kv_v[il], dst, bytes);
+    }
+    kv_commit_done(kv);
+}
+
+static void vkb_attention(struct backend *base, struct be_tensor *out,
+                          const struct be_tensor *q, const struct kv_cache *kv,
+                          int il, int n, int pos0, int n_head, int n_head_kv,
+                          int head_dim, int window, float scale)
+{
+    struct vk_backend *be = vkb(base);
+    const struct kv_layer *L = &kv->layers[il];
+    /* enum kv_policy is full, ring, sink+window: the shader's 0, 1, 2. */
+    struct vk_push_attention pc = {
+        .n_rows = (uint32_t)n, .pos0 = (uint32_t)pos0,
+        .n_head = (uint32_t)n_head, .n_head_kv = (uint32_t)n_head_kv,
+        .head_dim = (uint32_t)head_dim, .type = (uint32_t)kv->type,
+        .block = (uint32_t)kv->block, .row_bytes = (uint32_t)kv->row_bytes,
+        .policy = (uint32_t)L->policy, .capacity = (uint32_t)L->capacity,
+        .n_sink = (uint32_t)L->n_sink, .layer_window = (uint32_t)L->window,
+        .model_window = (uint32_t)window, .scale = scale,
+    };
+    const struct vk_buffer *bufs[] = {buf(q), &be->kv_k[il], &be->kv_v[il],
+                                      &be->stage_k, &be->stage_v, buf(out)};
+    dispatch(be, &be->attention, bufs, &pc, (uint32_t)n_head, (uint32_t)n, 1);
+}
+
+static const struct backend_ops vk_ops = {
+    .free = vkb_free, .name = vkb_name, .threads = vkb_threads,
+    .reserve = vkb_reserve, .bind_kv = vkb_bind_kv, .kv_pull = vkb_kv_pull,
+    .kv_push = vkb_kv_push, .tensor_new = vkb_tensor_new,
+    .tensor_free = vkb_tensor_free, .begin = vkb_begin, .end = vkb_end,
+    .read = vkb_read, .embed = vkb_embed, .matmul = vkb_matmul,
+    .copy_rows = vkb_copy_rows, .rmsnorm = vkb_rmsnorm, .rope = vkb_rope,
+    .gated_act = vkb_gated_act, .add = vkb_add, .add_row = vkb_add_row,
+    .kv_store = vkb_kv_store, .kv_commit = vkb_kv_commit,
+    .attention = vkb_attention,
+};

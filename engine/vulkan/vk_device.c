@@ -1,0 +1,1261 @@
+/* vk_device.c — see vk_device.h.
+ *
+ * Layout: loading (dlopen, the entry-point table, the instance), describing
+ * devices, opening one, memory (a bump suballocator over 256 MiB blocks),
+ * staged transfers, pipelines, recording. All state lives in struct
+ * vk_device; vk_device_list uses a throwaway one, so each call opens and
+ * closes the loader on its own. */
+#include "vk_device.h"
+
+#include <dlfcn.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "error.h"
+
+/* Buffers under VK_OWN_ALLOCATION_BYTES share blocks of VK_BLOCK_BYTES:
+ * a model has hundreds of tensors and a device may allow as few as 4096
+ * allocations. Larger ones get their own so a block never wastes more than
+ * a quarter of itself on a buffer that does not fit. */
+#define VK_BLOCK_BYTES ((VkDeviceSize)256 << 20)
+#define VK_OWN_ALLOCATION_BYTES ((VkDeviceSize)64 << 20)
+/* The staging buffer of vk_upload/vk_download; bigger transfers go in
+ * chunks of this size. */
+#define VK_STAGING_BYTES ((VkDeviceSize)64 << 20)
+/* How long vk_submit_wait waits before calling the device hung: far more
+ * than any one forward pass, even on lavapipe. */
+#define VK_WAIT_NS (60ull * 1000000000ull)
+/* maxPushDescriptors is at least 32 on every device with the extension. */
+#define VK_MAX_BINDINGS 32
+#define VK_MAX_PUSH_BYTES 128
+
+#define MIB(bytes) ((double)(bytes) / 1048576.0)
+
+/* A block of device memory that small buffers are carved from (or, with
+ * is_own, the allocation of one large buffer). mem == VK_NULL_HANDLE marks
+ * a free slot. */
+struct vk_block {
+    VkDeviceMemory mem;
+    uint32_t type_index;
+    enum vk_memory where;
+    bool is_own;
+    VkDeviceSize size, used;
+    int n_buffers;           /* freed when it drops to 0 */
+    void *mapped;            /* UPLOAD/READBACK: the whole block's mapping */
+};
+
+struct vk_device {
+    void *lib;                            /* dlopen handle of the loader */
+    PFN_vkGetInstanceProcAddr get_proc;
+    struct vk_fn fn;
+    uint32_t instance_api;
+    VkInstance instance;
+
+    VkPhysicalDevice phys;
+    VkPhysicalDeviceProperties props;
+    VkPhysicalDeviceMemoryProperties mem_props;
+    VkDevice device;
+    uint32_t queue_family;
+    VkQueue queue;
+    VkCommandPool pool;
+    VkCommandBuffer cmd;    /* vk_begin .. vk_submit_wait */
+    VkCommandBuffer xfer;   /* vk_upload / vk_download, one chunk each */
+    VkFence fence;          /* unsignaled between submissions */
+
+    bool is_recording;
+    bool is_lost;           /* a wait timed out or the device was lost */
+    char record_error[384]; /* the first mistake recorded since vk_begin */
+
+    struct vk_buffer staging;   /* READBACK memory, made on first use */
+    struct vk_block *blocks;
+    int n_blocks;
+    VkDeviceSize heap_held[VK_MAX_MEMORY_HEAPS];   /* bytes we allocated */
+};
+
+/* ---- small helpers ---- */
+
+static const char *vk_result_name(VkResult r)
+{
+    switch (r) {
+    case VK_SUCCESS: return "VK_SUCCESS";
+    case VK_NOT_READY: return "VK_NOT_READY";
+    case VK_TIMEOUT: return "VK_TIMEOUT";
+    case VK_INCOMPLETE: return "VK_INCOMPLETE";
+    case VK_ERROR_OUT_OF_HOST_MEMORY: return "VK_ERROR_OUT_OF_HOST_MEMORY";
+    case VK_ERROR_OUT_OF_DEVICE_MEMORY: return "VK_ERROR_OUT_OF_DEVICE_MEMORY";
+    case VK_ERROR_INITIALIZATION_FAILED: return "VK_ERROR_INITIALIZATION_FAILED";
+    case VK_ERROR_DEVICE_LOST: return "VK_ERROR_DEVICE_LOST";
+    case VK_ERROR_MEMORY_MAP_FAILED: return "VK_ERROR_MEMORY_MAP_FAILED";
+    case VK_ERROR_LAYER_NOT_PRESENT: return "VK_ERROR_LAYER_NOT_PRESENT";
+    case VK_ERROR_EXTENSION_NOT_PRESENT: return "VK_ERROR_EXTENSION_NOT_PRESENT";
+    case VK_ERROR_FEATURE_NOT_PRESENT: return "VK_ERROR_FEATURE_NOT_PRESENT";
+    case VK_ERROR_INCOMPATIBLE_DRIVER: return "VK_ERROR_INCOMPATIBLE_DRIVER";
+    case VK_ERROR_TOO_MANY_OBJECTS: return "VK_ERROR_TOO_MANY_OBJECTS";
+    case VK_ERROR_INVALID_SHADER_NV: return "VK_ERROR_INVALID_SHADER_NV";
+    default: return "an unknown VkResult";
+    }
+}
+
+static VkDeviceSize align_up(VkDeviceSize x, VkDeviceSize a)
+{
+    return a > 1 ? (x + a - 1) / a * a : x;
+}
+
+static const char *type_name(enum kk_vk_device_type t)
+{
+    switch (t) {
+    case KK_VK_DISCRETE: return "discrete";
+    case KK_VK_INTEGRATED: return "integrated";
+    case KK_VK_VIRTUAL: return "virtual";
+    case KK_VK_CPU: return "cpu";
+    default: return "other";
+    }
+}
+
+/* Appends "; text" (or "text" to an empty string) within cap bytes. */
+static void append_reason(char *s, size_t cap, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+static void append_reason(char *s, size_t cap, const char *fmt, ...)
+{
+    size_t len = strlen(s);
+    if (len && len + 2 < cap) {
+        memcpy(s + len, "; ", 3);
+        len += 2;
+    }
+    if (len + 1 >= cap)
+        return;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(s + len, cap - len, fmt, ap);
+    va_end(ap);
+}
+
+/* ---- the loader and the instance ---- */
+
+static bool is_optional_fn(const char *name)
+{
+    return !strcmp(name, "vkEnumerateInstanceVersion") ||
+           !strcmp(name, "vkGetPhysicalDeviceProperties2");
+}
+
+/* Opens the loader, creates an instance at the highest API version the
+ * loader supports up to 1.3, and loads the instance-level entry points. */
+static int instance_open(struct vk_device *d, struct kk_error *err)
+{
+    d->lib = dlopen("libvulkan.so.1", RTLD_NOW | RTLD_LOCAL);
+    if (!d->lib)
+        d->lib = dlopen("libvulkan.so", RTLD_NOW | RTLD_LOCAL);
+    if (!d->lib)
+        return kk_fail(err, "no Vulkan loader (libvulkan.so.1) could be "
+                       "opened: install libvulkan1 and a driver (e.g. "
+                       "mesa-vulkan-drivers), or use --backend cpu");
+    d->get_proc = (PFN_vkGetInstanceProcAddr)dlsym(d->lib,
+                                                   "vkGetInstanceProcAddr");
+    if (!d->get_proc)
+        return kk_fail(err, "the Vulkan loader has no vkGetInstanceProcAddr "
+                       "(a broken libvulkan.so.1): reinstall libvulkan1, or "
+                       "use --backend cpu");
+
+#define VK_FN_LOADER(name) \
+    d->fn.name = (PFN_##name)d->get_proc(VK_NULL_HANDLE, #name);
+#define VK_FN_INSTANCE(name)
+#define VK_FN_DEVICE(name)
+#include "vk_functions.h"
+#undef VK_FN_LOADER
+#undef VK_FN_INSTANCE
+#undef VK_FN_DEVICE
+    if (!d->fn.vkCreateInstance)
+        return kk_fail(err, "the Vulkan loader has no vkCreateInstance (a "
+                       "broken libvulkan.so.1): reinstall libvulkan1, or use "
+                       "--backend cpu");
+
+    /* A 1.0 loader has no vkEnumerateInstanceVersion and refuses any
+     * apiVersion above 1.0; newer ones take what they report. */
+    uint32_t loader = VK_API_VERSION_1_0;
+    if (d->fn.vkEnumerateInstanceVersion)
+        d->fn.vkEnumerateInstanceVersion(&loader);
+    uint32_t api = VK_MAKE_API_VERSION(0, VK_API_VERSION_MAJOR(loader),
+                                       VK_API_VERSION_MINOR(loader), 0);
+    if (api > VK_API_VERSION_1_3)
+        api = VK_API_VERSION_1_3;
+    d->instance_api = api;
+
+    VkApplicationInfo app = {
+        .sType = VK_STRUCTURE_TYPE_APPLICATION_INFO,
+        .pApplicationName = "kakeya",
+        .pEngineName = "kakeya",
+        .apiVersion = api,
+    };
+    VkInstanceCreateInfo ci = {
+        .sType = VK_STRUCTURE_TYPE_INSTANCE_CREATE_INFO,
+        .pApplicationInfo = &app,
+    };
+    VkResult r = d->fn.vkCreateInstance(&ci, NULL, &d->instance);
+    if (r != VK_SUCCESS) {
+        d->instance = VK_NULL_HANDLE;
+        return kk_fail(err, "the Vulkan loader could not create an instance "
+                       "(%s)%s: install a working driver (e.g. "
+                       "mesa-vulkan-drivers), or use --backend cpu",
+                       vk_result_name(r),
+                       r == VK_ERROR_INCOMPATIBLE_DRIVER
+                           ? " — no Vulkan driver is installed" : "");
+    }
+
+    const char *missing = NULL;
+#define VK_FN_LOADER(name)
+#define VK_FN_INSTANCE(name)                                              \
+    d->fn.name = (PFN_##name)d->get_proc(d->instance, #name);            \
+    if (!d->fn.name && !is_optional_fn(#name) && !missing)                \
+        missing = #name;
+#define VK_FN_DEVICE(name)
+#include "vk_functions.h"
+#undef VK_FN_LOADER
+#undef VK_FN_INSTANCE
+#undef VK_FN_DEVICE
+    if (missing)
+        return kk_fail(err, "the Vulkan loader has no %s: update libvulkan1, "
+                       "or use --backend cpu", missing);
+    return 0;
+}
+
+/* The physical devices in the loader's order (malloc'd), their count in *n;
+ * -1 on failure. */
+static int physical_devices(struct vk_device *d, VkPhysicalDevice **out,
+                            uint32_t *n, struct kk_error *err)
+{
+    *out = NULL;
+    *n = 0;
+    VkResult r = d->fn.vkEnumeratePhysicalDevices(d->instance, n, NULL);
+    if (r != VK_SUCCESS && r != VK_INCOMPLETE)
+        return kk_fail(err, "the Vulkan loader could not list devices (%s): "
+                       "check the driver, or use --backend cpu",
+                       vk_result_name(r));
+    if (*n == 0)
+        return 0;
+    *out = calloc(*n, sizeof **out);
+    if (!*out)
+        return kk_fail(err, "out of memory listing %u Vulkan devices", *n);
+    r = d->fn.vkEnumeratePhysicalDevices(d->instance, n, *out);
+    if (r != VK_SUCCESS && r != VK_INCOMPLETE) {
+        free(*out);
+        *out = NULL;
+        *n = 0;
+        return kk_fail(err, "the Vulkan loader could not list devices (%s): "
+                       "check the driver, or use --backend cpu",
+                       vk_result_name(r));
+    }
+    return 0;
+}
+
+/* ---- describing a device ---- */
+
+/* Fills info for pd and says which queue family computes (UINT32_MAX:
+ * none). */
+static void describe(const struct vk_device *d, VkPhysicalDevice pd,
+                     struct kk_vk_device_info *info, uint32_t *queue_family)
+{
+    memset(info, 0, sizeof *info);
+    VkPhysicalDeviceProperties props;
+    d->fn.vkGetPhysicalDeviceProperties(pd, &props);
+    snprintf(info->name, sizeof info->name, "%s", props.deviceName);
+    switch (props.deviceType) {
+    case VK_PHYSICAL_DEVICE_TYPE_DISCRETE_GPU: info->type = KK_VK_DISCRETE; break;
+    case VK_PHYSICAL_DEVICE_TYPE_INTEGRATED_GPU: info->type = KK_VK_INTEGRATED; break;
+    case VK_PHYSICAL_DEVICE_TYPE_VIRTUAL_GPU: info->type = KK_VK_VIRTUAL; break;
+    case VK_PHYSICAL_DEVICE_TYPE_CPU: info->type = KK_VK_CPU; break;
+    default: info->type = KK_VK_OTHER; break;
+    }
+    info->type_name = type_name(info->type);
+    info->api_version = props.apiVersion;
+
+    VkPhysicalDeviceMemoryProperties mem;
+    d->fn.vkGetPhysicalDeviceMemoryProperties(pd, &mem);
+    for (uint32_t h = 0; h < mem.memoryHeapCount; h++)
+        if ((mem.memoryHeaps[h].flags & VK_MEMORY_HEAP_DEVICE_LOCAL_BIT) &&
+            mem.memoryHeaps[h].size > info->memory_bytes)
+            info->memory_bytes = mem.memoryHeaps[h].size;
+
+    *queue_family = UINT32_MAX;
+    uint32_t n_families = 0;
+    d->fn.vkGetPhysicalDeviceQueueFamilyProperties(pd, &n_families, NULL);
+    VkQueueFamilyProperties *families = calloc(n_families ? n_families : 1,
+                                               sizeof *families);
+    if (families) {
+        d->fn.vkGetPhysicalDeviceQueueFamilyProperties(pd, &n_families,
+                                                       families);
+        for (uint32_t i = 0; i < n_families; i++)
+            if ((families[i].queueFlags & VK_QUEUE_COMPUTE_BIT) &&
+                families[i].queueCount > 0) {
+                *queue_family = i;
+                break;
+            }
+        free(families);
+    }
+
+    bool has_push = false, has_driver_props = false;
+    uint32_t n_ext = 0;
+    if (d->fn.vkEnumerateDeviceExtensionProperties(pd, NULL, &n_ext, NULL) ==
+        VK_SUCCESS && n_ext > 0) {
+        VkExtensionProperties *ext = calloc(n_ext, sizeof *ext);
+        if (ext && d->fn.vkEnumerateDeviceExtensionProperties(
+                       pd, NULL, &n_ext, ext) >= 0) {
+            for (uint32_t i = 0; i < n_ext; i++) {
+                if (!strcmp(ext[i].extensionName,
+                            VK_KHR_PUSH_DESCRIPTOR_EXTENSION_NAME))
+                    has_push = true;
+                if (!strcmp(ext[i].extensionName,
+                            VK_KHR_DRIVER_PROPERTIES_EXTENSION_NAME))
+                    has_driver_props = true;
+            }
+        }
+        free(ext);
+    }
+
+    if (d->fn.vkGetPhysicalDeviceProperties2 &&
+        d->instance_api >= VK_API_VERSION_1_1 &&
+        (props.apiVersion >= VK_API_VERSION_1_2 || has_driver_props)) {
+        VkPhysicalDeviceDriverProperties driver = {
+            .sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_DRIVER_PROPERTIES,
+        };
+        VkPhysicalDeviceProperties2 p2 = {
+            .sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_PROPERTIES_2,
+            .pNext = &driver,
+        };
+        d->fn.vkGetPhysicalDeviceProperties2(pd, &p2);
+        snprintf(info->driver, sizeof info->driver, "%.63s%s%.63s",
+                 driver.driverName, driver.driverInfo[0] ? " " : "",
+                 driver.driverInfo);
+    }
+
+    if (props.apiVersion < VK_API_VERSION_1_1)
+        append_reason(info->why_not, sizeof info->why_not,
+                      "it supports Vulkan %u.%u, kakeya needs 1.1",
+                      VK_API_VERSION_MAJOR(props.apiVersion),
+                      VK_API_VERSION_MINOR(props.apiVersion));
+    if (d->instance_api < VK_API_VERSION_1_1)
+        append_reason(info->why_not, sizeof info->why_not,
+                      "the Vulkan loader supports only 1.0 (update "
+                      "libvulkan1)");
+    if (*queue_family == UINT32_MAX)
+        append_reason(info->why_not, sizeof info->why_not,
+                      "it has no compute queue");
+    if (!has_push)
+        append_reason(info->why_not, sizeof info->why_not,
+                      "it lacks VK_KHR_push_descriptor (update the driver)");
+    info->is_usable = info->why_not[0] == 0;
+}
+
+int vk_device_list(struct kk_vk_device_info *out, int max,
+                   struct kk_error *err)
+{
+    struct vk_device *d = calloc(1, sizeof *d);
+    if (!d)
+        return kk_fail(err, "out of memory listing Vulkan devices");
+    int result = -1;
+    VkPhysicalDevice *pds = NULL;
+    uint32_t n = 0;
+    if (instance_open(d, err) == 0 && physical_devices(d, &pds, &n, err) == 0) {
+        for (uint32_t i = 0; out && i < n && (int)i < max; i++) {
+            uint32_t family;
+            describe(d, pds[i], &out[i], &family);
+        }
+        result = n > (uint32_t)INT32_MAX ? INT32_MAX : (int)n;
+    }
+    free(pds);
+    vk_device_close(d);
+    return result;
+}
+
+int kk_vulkan_devices(struct kk_vk_device_info *out, int max,
+                      struct kk_error *err)
+{
+    return vk_device_list(out, max, err);
+}
+
+/* ---- opening a device ---- */
+
+static int device_create(struct vk_device *d, struct kk_error *err)
+{
+    float priority = 1.0f;
+    VkDeviceQueueCreateInfo queue = {
+        .sType = VK_STRUCTURE_TYPE_DEVICE_QUEUE_CREATE_INFO,
+        .queueFamilyIndex = d->queue_family,
+        .queueCount = 1,
+        .pQueuePriorities = &priority,
+    };
+    const char *extensions[] = {VK_KHR_PUSH_DESCRIPTOR_EXTENSION_NAME};
+    VkDeviceCreateInfo ci = {
+        .sType = VK_STRUCTURE_TYPE_DEVICE_CREATE_INFO,
+        .queueCreateInfoCount = 1,
+        .pQueueCreateInfos = &queue,
+        .enabledExtensionCount = 1,
+        .ppEnabledExtensionNames = extensions,
+    };
+    VkResult r = d->fn.vkCreateDevice(d->phys, &ci, NULL, &d->device);
+    if (r != VK_SUCCESS) {
+        d->device = VK_NULL_HANDLE;
+        return kk_fail(err, "%s: vkCreateDevice failed (%s): update the "
+                       "driver, pick another device (`kakeya info "
+                       "--devices`), or use --backend cpu",
+                       d->props.deviceName, vk_result_name(r));
+    }
+
+    const char *missing = NULL;
+#define VK_FN_LOADER(name)
+#define VK_FN_INSTANCE(name)
+#define VK_FN_DEVICE(name)                                                \
+    d->fn.name = (PFN_##name)d->fn.vkGetDeviceProcAddr(d->device, #name); \
+    if (!d->fn.name && !missing)                                          \
+        missing = #name;
+#include "vk_functions.h"
+#undef VK_FN_LOADER
+#undef VK_FN_INSTANCE
+#undef VK_FN_DEVICE
+    if (missing)
+        return kk_fail(err, "%s: the driver has no %s: update the driver, or "
+                       "use --backend cpu", d->props.deviceName, missing);
+
+    d->fn.vkGetDeviceQueue(d->device, d->queue_family, 0, &d->queue);
+
+    /* RESET_COMMAND_BUFFER lets vkBeginCommandBuffer reset each buffer on
+     * its own, so the two streams never wait on each other's reset. */
+    VkCommandPoolCreateInfo pool = {
+        .sType = VK_STRUCTURE_TYPE_COMMAND_POOL_CREATE_INFO,
+        .flags = VK_COMMAND_POOL_CREATE_RESET_COMMAND_BUFFER_BIT,
+        .queueFamilyIndex = d->queue_family,
+    };
+    r = d->fn.vkCreateCommandPool(d->device, &pool, NULL, &d->pool);
+    if (r != VK_SUCCESS) {
+        d->pool = VK_NULL_HANDLE;
+        return kk_fail(err, "%s: vkCreateCommandPool failed (%s)",
+                       d->props.deviceName, vk_result_name(r));
+    }
+    VkCommandBuffer cmds[2];
+    VkCommandBufferAllocateInfo alloc = {
+        .sType = VK_STRUCTURE_TYPE_COMMAND_BUFFER_ALLOCATE_INFO,
+        .commandPool = d->pool,
+        .level = VK_COMMAND_BUFFER_LEVEL_PRIMARY,
+        .commandBufferCount = 2,
+    };
+    r = d->fn.vkAllocateCommandBuffers(d->device, &alloc, cmds);
+    if (r != VK_SUCCESS)
+        return kk_fail(err, "%s: vkAllocateCommandBuffers failed (%s)",
+                       d->props.deviceName, vk_result_name(r));
+    d->cmd = cmds[0];
+    d->xfer = cmds[1];
+    VkFenceCreateInfo fence = {.sType = VK_STRUCTURE_TYPE_FENCE_CREATE_INFO};
+    r = d->fn.vkCreateFence(d->device, &fence, NULL, &d->fence);
+    if (r != VK_SUCCESS) {
+        d->fence = VK_NULL_HANDLE;
+        return kk_fail(err, "%s: vkCreateFence failed (%s)",
+                       d->props.deviceName, vk_result_name(r));
+    }
+    return 0;
+}
+
+/* Chooses the device for vk_device_open: index, or the first usable GPU. */
+static int pick_device(const struct kk_vk_device_info *infos, uint32_t n,
+                       int index, struct kk_error *err)
+{
+    if (index >= 0) {
+        if ((uint32_t)index >= n)
+            return kk_fail(err, "there is no Vulkan device %d: the loader "
+                           "reports %u device%s (0..%u; `kakeya info "
+                           "--devices` lists them)", index, n,
+                           n == 1 ? "" : "s", n - 1);
+        if (!infos[index].is_usable)
+            return kk_fail(err, "Vulkan device %d (%.200s) cannot run kakeya: "
+                           "%s — pick another with --device N (`kakeya info "
+                           "--devices`), or use --backend cpu", index,
+                           infos[index].name, infos[index].why_not);
+        return index;
+    }
+    for (uint32_t i = 0; i < n; i++)
+        if (infos[i].is_usable && infos[i].type != KK_VK_CPU)
+            return (int)i;
+    char seen[300] = "";
+    for (uint32_t i = 0; i < n; i++)
+        append_reason(seen, sizeof seen, "%u %.80s (%s%s)", i, infos[i].name,
+                      infos[i].type_name,
+                      infos[i].is_usable ? "" : ", not usable");
+    return kk_fail(err, "no Vulkan GPU to compute on (the loader reports: %s; "
+                   "a software renderer is never picked by itself): name one "
+                   "with --backend vulkan --device N, or use --backend cpu",
+                   seen);
+}
+
+int vk_device_open(int index, struct vk_device **out, struct kk_error *err)
+{
+    *out = NULL;
+    struct vk_device *d = calloc(1, sizeof *d);
+    if (!d)
+        return kk_fail(err, "out of memory opening a Vulkan device");
+    d->staging.block = -1;
+    VkPhysicalDevice *pds = NULL;
+    struct kk_vk_device_info *infos = NULL;
+    uint32_t *families = NULL;
+    uint32_t n = 0;
+    int rc = -1;
+    if (instance_open(d, err) || physical_devices(d, &pds, &n, err))
+        goto done;
+    if (n == 0) {
+        kk_fail(err, "the Vulkan loader reports no device: install a driver "
+                "(e.g. mesa-vulkan-drivers), or use --backend cpu");
+        goto done;
+    }
+    infos = calloc(n, sizeof *infos);
+    families = calloc(n, sizeof *families);
+    if (!infos || !families) {
+        kk_fail(err, "out of memory opening a Vulkan device");
+        goto done;
+    }
+    for (uint32_t i = 0; i < n; i++)
+        describe(d, pds[i], &infos[i], &families[i]);
+    int chosen = pick_device(infos, n, index, err);
+    if (chosen < 0)
+        goto done;
+    d->phys = pds[chosen];
+    d->queue_family = families[chosen];
+    d->fn.vkGetPhysicalDeviceProperties(d->phys, &d->props);
+    d->fn.vkGetPhysicalDeviceMemoryProperties(d->phys, &d->mem_props);
+    rc = device_create(d, err);
+done:
+    free(pds);
+    free(infos);
+    free(families);
+    if (rc) {
+        vk_device_close(d);
+        return -1;
+    }
+    *out = d;
+    return 0;
+}
+
+void vk_device_close(struct vk_device *d)
+{
+    if (!d)
+        return;
+    if (d->device) {
+        d->fn.vkDeviceWaitIdle(d->device);
+        vk_buffer_free(d, &d->staging);
+        /* Blocks still held belong to buffers the caller did not free;
+         * their memory goes with the device either way. */
+        for (int i = 0; i < d->n_blocks; i++)
+            if (d->blocks[i].mem)
+                d->fn.vkFreeMemory(d->device, d->blocks[i].mem, NULL);
+        if (d->fence)
+            d->fn.vkDestroyFence(d->device, d->fence, NULL);
+        if (d->pool)   /* frees its command buffers */
+            d->fn.vkDestroyCommandPool(d->device, d->pool, NULL);
+        d->fn.vkDestroyDevice(d->device, NULL);
+    }
+    if (d->instance)
+        d->fn.vkDestroyInstance(d->instance, NULL);
+    if (d->lib)
+        dlclose(d->lib);
+    free(d->blocks);
+    free(d);
+}
+
+const char *vk_device_name(const struct vk_device *d)
+{
+    return d ? d->props.deviceName : "";
+}
+
+const struct vk_fn *vk_device_fn(const struct vk_device *d)
+{
+    return &d->fn;
+}
+
+VkDevice vk_device_handle(const struct vk_device *d)
+{
+    return d->device;
+}
+
+bool vk_device_is_cpu(const struct vk_device *d)
+{
+    return d->props.deviceType == VK_PHYSICAL_DEVICE_TYPE_CPU;
+}
+
+uint32_t vk_device_max_groups_x(const struct vk_device *d)
+{
+    return d->props.limits.maxComputeWorkGroupCount[0];
+}
+
+uint64_t vk_device_max_buffer_range(const struct vk_device *d)
+{
+    return d->props.limits.maxStorageBufferRange;
+}
+
+/* ---- memory ---- */
+
+static const char *memory_name(enum vk_memory where)
+{
+    switch (where) {
+    case VK_MEM_UPLOAD: return "upload (host-visible)";
+    case VK_MEM_READBACK: return "readback (host-visible)";
+    default: return "device";
+    }
+}
+
+/* The first memory type in `bits` with everything `where` needs and wants,
+ * else the first with what it needs; -1 when none. The spec orders types
+ * so that the first match is the one with the fewest extra properties. */
+static int memory_type(const struct vk_device *d, uint32_t bits,
+                       enum vk_memory where)
+{
+    VkMemoryPropertyFlags need = 0, want = 0;
+    switch (where) {
+    case VK_MEM_DEVICE:
+        want = VK_MEMORY_PROPERTY_DEVICE_LOCAL_BIT;
+        break;
+    case VK_MEM_UPLOAD:
+        need = VK_MEMORY_PROPERTY_HOST_VISIBLE_BIT |
+               VK_MEMORY_PROPERTY_HOST_COHERENT_BIT;
+        break;
+    case VK_MEM_READBACK:
+        need = VK_MEMORY_PROPERTY_HOST_VISIBLE_BIT |
+               VK_MEMORY_PROPERTY_HOST_COHERENT_BIT;
+        want = VK_MEMORY_PROPERTY_HOST_CACHED_BIT;
+        break;
+    }
+    for (int pass = 0; pass < 2; pass++) {
+        VkMemoryPropertyFlags flags = pass == 0 ? need | want : need;
+        for (uint32_t i = 0; i < d->mem_props.memoryTypeCount; i++)
+            if ((bits & (1u << i)) &&
+                (d->mem_props.memoryTypes[i].propertyFlags & flags) == flags)
+                return (int)i;
+    }
+    return -1;
+}
+
+/* Allocates (and for host memory maps) one block in slot `slot`. */
+static int block_allocate(struct vk_device *d, int slot, VkDeviceSize size,
+                          uint32_t type, enum vk_memory where, bool is_own,
+                          struct kk_error *err)
+{
+    struct vk_block *b = &d->blocks[slot];
+    uint32_t heap = d->mem_props.memoryTypes[type].heapIndex;
+    VkMemoryAllocateInfo ai = {
+        .sType = VK_STRUCTURE_TYPE_MEMORY_ALLOCATE_INFO,
+        .allocationSize = size,
+        .memoryTypeIndex = type,
+    };
+    VkDeviceMemory mem;
+    VkResult r = d->fn.vkAllocateMemory(d->device, &ai, NULL, &mem);
+    if (r != VK_SUCCESS)
+        return kk_fail(err, "%s: could not allocate %.1f MiB of %s memory "
+                       "(%s; heap %u has %.0f MiB, kakeya holds %.0f MiB of "
+                       "it): use a smaller model or context, or --backend "
+                       "cpu", d->props.deviceName, MIB(size),
+                       memory_name(where), vk_result_name(r), heap,
+                       MIB(d->mem_props.memoryHeaps[heap].size),
+                       MIB(d->heap_held[heap]));
+    void *mapped = NULL;
+    if (where != VK_MEM_DEVICE) {
+        r = d->fn.vkMapMemory(d->device, mem, 0, VK_WHOLE_SIZE, 0, &mapped);
+        if (r != VK_SUCCESS) {
+            d->fn.vkFreeMemory(d->device, mem, NULL);
+            return kk_fail(err, "%s: could not map %.1f MiB of %s memory (%s)",
+                           d->props.deviceName, MIB(size),
+                           memory_name(where), vk_result_name(r));
+        }
+    }
+    *b = (struct vk_block){.mem = mem, .type_index = type, .where = where,
+                           .is_own = is_own, .size = size, .mapped = mapped};
+    d->heap_held[heap] += size;
+    return 0;
+}
+
+static void block_release(struct vk_device *d, struct vk_block *b)
+{
+    uint32_t heap = d->mem_props.memoryTypes[b->type_index].heapIndex;
+    d->fn.vkFreeMemory(d->device, b->mem, NULL);   /* unmaps too */
+    d->heap_held[heap] -= b->size;
+    memset(b, 0, sizeof *b);
+}
+
+/* A free slot in d->blocks (growing the array), or -1. */
+static int block_slot(struct vk_device *d, struct kk_error *err)
+{
+    for (int i = 0; i < d->n_blocks; i++)
+        if (!d->blocks[i].mem)
+            return i;
+    int n = d->n_blocks ? d->n_blocks * 2 : 16;
+    struct vk_block *grown = realloc(d->blocks, (size_t)n * sizeof *grown);
+    if (!grown)
+        return kk_fail(err, "out of memory tracking device memory blocks");
+    memset(grown + d->n_blocks, 0,
+           (size_t)(n - d->n_blocks) * sizeof *grown);
+    d->blocks = grown;
+    int slot = d->n_blocks;
+    d->n_blocks = n;
+    return slot;
+}
+
+int vk_buffer_new(struct vk_device *d, VkDeviceSize size, enum vk_memory where,
+                  struct vk_buffer *out, struct kk_error *err)
+{
+    memset(out, 0, sizeof *out);
+    out->block = -1;
+    if (size == 0)
+        return kk_fail(err, "vk_buffer_new: a buffer of 0 bytes (a bug in "
+                       "kakeya)");
+    if (d->is_lost)
+        return kk_fail(err, "%s: the device stopped responding earlier; "
+                       "restart kakeya, or use --backend cpu",
+                       d->props.deviceName);
+
+    /* Rounded up to a whole word: shaders address buffers as 32-bit words
+     * and may touch the word holding the last bytes. */
+    VkBufferCreateInfo bci = {
+        .sType = VK_STRUCTURE_TYPE_BUFFER_CREATE_INFO,
+        .size = align_up(size, 4),
+        .usage = VK_BUFFER_USAGE_STORAGE_BUFFER_BIT |
+                 VK_BUFFER_USAGE_TRANSFER_SRC_BIT |
+                 VK_BUFFER_USAGE_TRANSFER_DST_BIT,
+        .sharingMode = VK_SHARING_MODE_EXCLUSIVE,
+    };
+    VkBuffer buf;
+    VkResult r = d->fn.vkCreateBuffer(d->device, &bci, NULL, &buf);
+    if (r != VK_SUCCESS)
+        return kk_fail(err, "%s: could not create a buffer of %.1f MiB (%s)",
+                       d->props.deviceName, MIB(size), vk_result_name(r));
+    VkMemoryRequirements req;
+    d->fn.vkGetBufferMemoryRequirements(d->device, buf, &req);
+    int type = memory_type(d, req.memoryTypeBits, where);
+    if (type < 0) {
+        d->fn.vkDestroyBuffer(d->device, buf, NULL);
+        return kk_fail(err, "%s: no memory type can hold a %.1f MiB %s "
+                       "buffer: this driver cannot run kakeya, use "
+                       "--backend cpu", d->props.deviceName, MIB(size),
+                       memory_name(where));
+    }
+
+    int slot = -1;
+    VkDeviceSize offset = 0;
+    if (req.size < VK_OWN_ALLOCATION_BYTES) {
+        /* Offsets also obey minStorageBufferOffsetAlignment, so that any
+         * buffer can be bound as a storage buffer at offset 0. */
+        VkDeviceSize align = req.alignment;
+        if (d->props.limits.minStorageBufferOffsetAlignment > align)
+            align = d->props.limits.minStorageBufferOffsetAlignment;
+        for (int i = 0; i < d->n_blocks && slot < 0; i++) {
+            struct vk_block *b = &d->blocks[i];
+            if (!b->mem || b->is_own || b->type_index != (uint32_t)type ||
+                b->where != where)
+                continue;
+            VkDeviceSize at = align_up(b->used, align);
+            if (at + req.size <= b->size) {
+                slot = i;
+                offset = at;
+            }
+        }
+        if (slot < 0) {
+            int fresh = block_slot(d, err);
+            if (fresh < 0) {
+                d->fn.vkDestroyBuffer(d->device, buf, NULL);
+                return -1;
+            }
+            /* A device too full for a whole block may still take this
+             * buffer alone: then it falls through to its own allocation. */
+            if (block_allocate(d, fresh, VK_BLOCK_BYTES, (uint32_t)type,
+                               where, false, NULL) == 0)
+                slot = fresh;
+        }
+    }
+    bool is_own = slot < 0;
+    if (is_own) {
+        slot = block_slot(d, err);
+        if (slot < 0 || block_allocate(d, slot, req.size, (uint32_t)type,
+                                       where, true, err)) {
+            d->fn.vkDestroyBuffer(d->device, buf, NULL);
+            return -1;
+        }
+    }
+
+    struct vk_block *b = &d->blocks[slot];
+    r = d->fn.vkBindBufferMemory(d->device, buf, b->mem, offset);
+    if (r != VK_SUCCESS) {
+        d->fn.vkDestroyBuffer(d->device, buf, NULL);
+        if (b->n_buffers == 0)
+            block_release(d, b);
+        return kk_fail(err, "%s: could not bind a %.1f MiB buffer to its "
+                       "memory (%s)", d->props.deviceName, MIB(size),
+                       vk_result_name(r));
+    }
+    b->used = offset + req.size;
+    b->n_buffers++;
+    out->buf = buf;
+    out->size = size;
+    out->mapped = b->mapped ? (char *)b->mapped + offset : NULL;
+    out->mem = b->mem;
+    out->offset = offset;
+    out->block = is_own ? -1 : slot;
+    return 0;
+}
+
+void vk_buffer_free(struct vk_device *d, struct vk_buffer *b)
+{
+    if (!d || !b || !b->buf)
+        return;
+    d->fn.vkDestroyBuffer(d->device, b->buf, NULL);
+    struct vk_block *block = NULL;
+    if (b->block >= 0 && b->block < d->n_blocks &&
+        d->blocks[b->block].mem == b->mem)
+        block = &d->blocks[b->block];
+    for (int i = 0; !block && i < d->n_blocks; i++)   /* own allocations */
+        if (d->blocks[i].mem == b->mem && d->blocks[i].is_own)
+            block = &d->blocks[i];
+    if (block && --block->n_buffers <= 0)
+        block_release(d, block);
+    memset(b, 0, sizeof *b);
+    b->block = -1;
+}
+
+/* ---- submitting ---- */
+
+/* A full memory barrier between everything before and after it in
+ * submission order: compute and transfer (and, with host, host) work. */
+static void barrier(struct vk_device *d, VkCommandBuffer cmd,
+                    VkPipelineStageFlags src_stage, VkAccessFlags src_access,
+                    VkPipelineStageFlags dst_stage, VkAccessFlags dst_access)
+{
+    VkMemoryBarrier mb = {
+        .sType = VK_STRUCTURE_TYPE_MEMORY_BARRIER,
+        .srcAccessMask = src_access,
+        .dstAccessMask = dst_access,
+    };
+    d->fn.vkCmdPipelineBarrier(cmd, src_stage, dst_stage, 0, 1, &mb, 0, NULL,
+                               0, NULL);
+}
+
+#define STAGES_WORK (VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT | \
+                     VK_PIPELINE_STAGE_TRANSFER_BIT)
+#define WRITES_WORK (VK_ACCESS_SHADER_WRITE_BIT | VK_ACCESS_TRANSFER_WRITE_BIT)
+#define ACCESS_WORK (VK_ACCESS_SHADER_READ_BIT | VK_ACCESS_SHADER_WRITE_BIT | \
+                     VK_ACCESS_TRANSFER_READ_BIT | VK_ACCESS_TRANSFER_WRITE_BIT)
+
+/* Submits cmd (already ended), waits on the fence, resets it. `what`
+ * names the work for the message. */
+static int submit_wait(struct vk_device *d, VkCommandBuffer cmd,
+                       const char *what, struct kk_error *err)
+{
+    VkSubmitInfo si = {
+        .sType = VK_STRUCTURE_TYPE_SUBMIT_INFO,
+        .commandBufferCount = 1,
+        .pCommandBuffers = &cmd,
+    };
+    VkResult r = d->fn.vkQueueSubmit(d->queue, 1, &si, d->fence);
+    if (r != VK_SUCCESS) {
+        if (r == VK_ERROR_DEVICE_LOST)
+            d->is_lost = true;
+        return kk_fail(err, "%s: submitting %s failed (%s)%s",
+                       d->props.deviceName, what, vk_result_name(r),
+                       r == VK_ERROR_DEVICE_LOST
+                           ? ": the device was lost (a driver crash or reset);"
+                             " restart kakeya, or use --backend cpu" : "");
+    }
+    r = d->fn.vkWaitForFences(d->device, 1, &d->fence, VK_TRUE, VK_WAIT_NS);
+    if (r == VK_TIMEOUT) {
+        /* The work may still be running: the command buffer and fence
+         * cannot be reused, so the device is done for. */
+        d->is_lost = true;
+        return kk_fail(err, "%s: %s did not finish within %llu s (the device "
+                       "hangs or a dispatch is far too large); restart "
+                       "kakeya, or use --backend cpu", d->props.deviceName,
+                       what, VK_WAIT_NS / 1000000000ull);
+    }
+    if (r != VK_SUCCESS) {
+        d->is_lost = true;
+        return kk_fail(err, "%s: waiting for %s failed (%s): the device was "
+                       "lost (a driver crash or reset); restart kakeya, or "
+                       "use --backend cpu", d->props.deviceName, what,
+                       vk_result_name(r));
+    }
+    d->fn.vkResetFences(d->device, 1, &d->fence);
+    return 0;
+}
+
+/* One staged copy on the transfer command buffer, ordered after all
+ * earlier work and before all later work (host reads included). */
+static int transfer(struct vk_device *d, VkBuffer src, VkDeviceSize src_off,
+                    VkBuffer dst, VkDeviceSize dst_off, VkDeviceSize bytes,
+                    const char *what, struct kk_error *err)
+{
+    VkCommandBufferBeginInfo bi = {
+        .sType = VK_STRUCTURE_TYPE_COMMAND_BUFFER_BEGIN_INFO,
+        .flags = VK_COMMAND_BUFFER_USAGE_ONE_TIME_SUBMIT_BIT,
+    };
+    VkResult r = d->fn.vkBeginCommandBuffer(d->xfer, &bi);
+    if (r != VK_SUCCESS)
+        return kk_fail(err, "%s: vkBeginCommandBuffer failed for %s (%s)",
+                       d->props.deviceName, what, vk_result_name(r));
+    barrier(d, d->xfer, STAGES_WORK, WRITES_WORK, VK_PIPELINE_STAGE_TRANSFER_BIT,
+            VK_ACCESS_TRANSFER_READ_BIT | VK_ACCESS_TRANSFER_WRITE_BIT);
+    VkBufferCopy region = {.srcOffset = src_off, .dstOffset = dst_off,
+                           .size = bytes};
+    d->fn.vkCmdCopyBuffer(d->xfer, src, dst, 1, &region);
+    barrier(d, d->xfer, VK_PIPELINE_STAGE_TRANSFER_BIT,
+            VK_ACCESS_TRANSFER_WRITE_BIT,
+            STAGES_WORK | VK_PIPELINE_STAGE_HOST_BIT,
+            ACCESS_WORK | VK_ACCESS_HOST_READ_BIT);
+    r = d->fn.vkEndCommandBuffer(d->xfer);
+    if (r != VK_SUCCESS)
+        return kk_fail(err, "%s: vkEndCommandBuffer failed for %s (%s)",
+                       d->props.deviceName, what, vk_result_name(r));
+    return submit_wait(d, d->xfer, what, err);
+}
+
+/* What vk_upload and vk_download check before they move bytes. */
+static int transfer_check(struct vk_device *d, const struct vk_buffer *b,
+                          VkDeviceSize offset, size_t bytes, const char *what,
+                          struct kk_error *err)
+{
+    if (!b || !b->buf)
+        return kk_fail(err, "%s: no buffer (a bug in kakeya)", what);
+    if (offset > b->size || bytes > b->size - offset)
+        return kk_fail(err, "%s: %zu bytes at offset %llu run past the end of "
+                       "a %llu-byte buffer (a bug in kakeya)", what, bytes,
+                       (unsigned long long)offset,
+                       (unsigned long long)b->size);
+    if (d->is_recording)
+        return kk_fail(err, "%s while commands are being recorded (between "
+                       "vk_begin and vk_submit_wait; a bug in kakeya)", what);
+    if (d->is_lost)
+        return kk_fail(err, "%s: the device stopped responding earlier; "
+                       "restart kakeya, or use --backend cpu",
+                       d->props.deviceName);
+    if (!b->mapped && !d->staging.buf &&
+        vk_buffer_new(d, VK_STAGING_BYTES, VK_MEM_READBACK, &d->staging, err))
+        return -1;
+    return 0;
+}
+
+int vk_upload(struct vk_device *d, struct vk_buffer *dst, VkDeviceSize offset,
+              const void *src, size_t bytes, struct kk_error *err)
+{
+    if (transfer_check(d, dst, offset, bytes, "vk_upload", err))
+        return -1;
+    if (dst->mapped) {   /* coherent host memory: visible at next submit */
+        if (bytes)
+            memcpy((char *)dst->mapped + offset, src, bytes);
+        return 0;
+    }
+    for (size_t done = 0; done < bytes;) {
+        size_t n = bytes - done < VK_STAGING_BYTES ? bytes - done
+                                                   : (size_t)VK_STAGING_BYTES;
+        memcpy(d->staging.mapped, (const char *)src + done, n);
+        if (transfer(d, d->staging.buf, 0, dst->buf, offset + done, n,
+                     "an upload", err))
+            return -1;
+        done += n;
+    }
+    return 0;
+}
+
+int vk_download(struct vk_device *d, const struct vk_buffer *src,
+                VkDeviceSize offset, void *dst, size_t bytes,
+                struct kk_error *err)
+{
+    if (transfer_check(d, src, offset, bytes, "vk_download", err))
+        return -1;
+    if (src->mapped) {   /* made visible to the host by vk_submit_wait */
+        if (bytes)
+            memcpy(dst, (const char *)src->mapped + offset, bytes);
+        return 0;
+    }
+    for (size_t done = 0; done < bytes;) {
+        size_t n = bytes - done < VK_STAGING_BYTES ? bytes - done
+                                                   : (size_t)VK_STAGING_BYTES;
+        if (transfer(d, src->buf, offset + done, d->staging.buf, 0, n,
+                     "a download", err))
+            return -1;
+        memcpy((char *)dst + done, d->staging.mapped, n);
+        done += n;
+    }
+    return 0;
+}
+
+/* ---- pipelines ---- */
+
+int vk_pipeline_new(struct vk_device *d, const uint32_t *spirv, size_t bytes,
+                    int n_buffers, uint32_t push_bytes,
+                    struct vk_pipeline *out, struct kk_error *err)
+{
+    memset(out, 0, sizeof *out);
+    if (!spirv || bytes < 20 || bytes % 4 || spirv[0] != 0x07230203u)
+        return kk_fail(err, "vk_pipeline_new: %zu bytes are not SPIR-V (a "
+                       "build problem: rebuild the shaders)", bytes);
+    if (n_buffers < 1 || n_buffers > VK_MAX_BINDINGS)
+        return kk_fail(err, "vk_pipeline_new: %d storage buffers (1..%d "
+                       "allowed; a bug in kakeya)", n_buffers,
+                       VK_MAX_BINDINGS);
+    if (push_bytes % 4 || push_bytes > VK_MAX_PUSH_BYTES ||
+        push_bytes > d->props.limits.maxPushConstantsSize)
+        return kk_fail(err, "vk_pipeline_new: a push-constant block of %u "
+                       "bytes (whole words, at most %d; a bug in kakeya)",
+                       push_bytes, VK_MAX_PUSH_BYTES);
+
+    VkShaderModuleCreateInfo smi = {
+        .sType = VK_STRUCTURE_TYPE_SHADER_MODULE_CREATE_INFO,
+        .codeSize = bytes,
+        .pCode = spirv,
+    };
+    VkShaderModule module;
+    VkResult r = d->fn.vkCreateShaderModule(d->device, &smi, NULL, &module);
+    if (r != VK_SUCCESS)
+        return kk_fail(err, "%s: vkCreateShaderModule failed (%s)",
+                       d->props.deviceName, vk_result_name(r));
+
+    VkDescriptorSetLayoutBinding bindings[VK_MAX_BINDINGS];
+    for (int i = 0; i < n_buffers; i++)
+        bindings[i] = (VkDescriptorSetLayoutBinding){
+            .binding = (uint32_t)i,
+            .descriptorType = VK_DESCRIPTOR_TYPE_STORAGE_BUFFER,
+            .descriptorCount = 1,
+            .stageFlags = VK_SHADER_STAGE_COMPUTE_BIT,
+        };
+    VkDescriptorSetLayoutCreateInfo dsl = {
+        .sType = VK_STRUCTURE_TYPE_DESCRIPTOR_SET_LAYOUT_CREATE_INFO,
+        .flags = VK_DESCRIPTOR_SET_LAYOUT_CREATE_PUSH_DESCRIPTOR_BIT_KHR,
+        .bindingCount = (uint32_t)n_buffers,
+        .pBindings = bindings,
+    };
+    const char *step = "vkCreateDescriptorSetLayout";
+    r = d->fn.vkCreateDescriptorSetLayout(d->device, &dsl, NULL,
+                                          &out->set_layout);
+    if (r == VK_SUCCESS) {
+        VkPushConstantRange range = {
+            .stageFlags = VK_SHADER_STAGE_COMPUTE_BIT,
+            .size = push_bytes,
+        };
+        VkPipelineLayoutCreateInfo pli = {
+            .sType = VK_STRUCTURE_TYPE_PIPELINE_LAYOUT_CREATE_INFO,
+            .setLayoutCount = 1,
+            .pSetLayouts = &out->set_layout,
+            .pushConstantRangeCount = push_bytes ? 1 : 0,
+            .pPushConstantRanges = push_bytes ? &range : NULL,
+        };
+        step = "vkCreatePipelineLayout";
+        r = d->fn.vkCreatePipelineLayout(d->device, &pli, NULL, &out->layout);
+    }
+    if (r == VK_SUCCESS) {
+        VkComputePipelineCreateInfo cpi = {
+            .sType = VK_STRUCTURE_TYPE_COMPUTE_PIPELINE_CREATE_INFO,
+            .stage = {
+                .sType = VK_STRUCTURE_TYPE_PIPELINE_SHADER_STAGE_CREATE_INFO,
+                .stage = VK_SHADER_STAGE_COMPUTE_BIT,
+                .module = module,
+                .pName = "main",
+            },
+            .layout = out->layout,
+        };
+        step = "vkCreateComputePipelines";
+        r = d->fn.vkCreateComputePipelines(d->device, VK_NULL_HANDLE, 1, &cpi,
+                                           NULL, &out->pipe);
+    }
+    d->fn.vkDestroyShaderModule(d->device, module, NULL);
+    if (r != VK_SUCCESS) {
+        out->pipe = VK_NULL_HANDLE;   /* may be written on failure */
+        vk_pipeline_free(d, out);
+        return kk_fail(err, "%s: %s failed (%s) for a shader of %zu bytes",
+                       d->props.deviceName, step, vk_result_name(r), bytes);
+    }
+    out->n_buffers = n_buffers;
+    out->push_bytes = push_bytes;
+    return 0;
+}
+
+void vk_pipeline_free(struct vk_device *d, struct vk_pipeline *p)
+{
+    if (!d || !p)
+        return;
+    if (p->pipe)
+        d->fn.vkDestroyPipeline(d->device, p->pipe, NULL);
+    if (p->layout)
+        d->fn.vkDestroyPipelineLayout(d->device, p->layout, NULL);
+    if (p->set_layout)
+        d->fn.vkDestroyDescriptorSetLayout(d->device, p->set_layout, NULL);
+    memset(p, 0, sizeof *p);
+}
+
+/* ---- recording ---- */
+
+/* Remembers the first recording mistake for vk_submit_wait to report
+ * (later ones are consequences, mostly). */
+static void record_fail(struct vk_device *d, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+static void record_fail(struct vk_device *d, const char *fmt, ...)
+{
+    if (d->record_error[0])
+        return;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(d->record_error, sizeof d->record_error, fmt, ap);
+    va_end(ap);
+    if (!d->record_error[0])
+        snprintf(d->record_error, sizeof d->record_error, "a recording error");
+}
+
+/* Whether recording may go on: inside vk_begin .. vk_submit_wait and no
+ * mistake so far (after one, later commands would only add noise). */
+static bool can_record(struct vk_device *d, const char *what)
+{
+    if (!d->is_recording) {
+        record_fail(d, "%s outside vk_begin .. vk_submit_wait (a bug in "
+                    "kakeya)", what);
+        return false;
+    }
+    return d->record_error[0] == 0;
+}
+
+int vk_begin(struct vk_device *d, struct kk_error *err)
+{
+    if (d->is_lost)
+        return kk_fail(err, "%s: the device stopped responding earlier; "
+                       "restart kakeya, or use --backend cpu",
+                       d->props.deviceName);
+    if (d->is_recording)
+        return kk_fail(err, "vk_begin while already recording (a bug in "
+                       "kakeya)");
+    d->record_error[0] = 0;
+    VkCommandBufferBeginInfo bi = {
+        .sType = VK_STRUCTURE_TYPE_COMMAND_BUFFER_BEGIN_INFO,
+        .flags = VK_COMMAND_BUFFER_USAGE_ONE_TIME_SUBMIT_BIT,
+    };
+    VkResult r = d->fn.vkBeginCommandBuffer(d->cmd, &bi);
+    if (r != VK_SUCCESS)
+        return kk_fail(err, "%s: vkBeginCommandBuffer failed (%s)",
+                       d->props.deviceName, vk_result_name(r));
+    d->is_recording = true;
+    return 0;
+}
+
+void vk_dispatch(struct vk_device *d, const struct vk_pipeline *p,
+                 const struct vk_buffer *const *bufs, const void *push,
+                 uint32_t groups_x, uint32_t groups_y, uint32_t groups_z)
+{
+    if (!can_record(d, "vk_dispatch"))
+        return;
+    if (!p || !p->pipe) {
+        record_fail(d, "vk_dispatch: no pipeline (a bug in kakeya)");
+        return;
+    }
+    if (p->push_bytes && !push) {
+        record_fail(d, "vk_dispatch: no push constants for a block of %u "
+                    "bytes (a bug in kakeya)", p->push_bytes);
+        return;
+    }
+    const uint32_t *max = d->props.limits.maxComputeWorkGroupCount;
+    if (groups_x > max[0] || groups_y > max[1] || groups_z > max[2]) {
+        record_fail(d, "vk_dispatch: %u x %u x %u workgroups, past the "
+                    "device's limit of %u x %u x %u (a bug in kakeya)",
+                    groups_x, groups_y, groups_z, max[0], max[1], max[2]);
+        return;
+    }
+    VkDescriptorBufferInfo infos[VK_MAX_BINDINGS];
+    VkWriteDescriptorSet writes[VK_MAX_BINDINGS];
+    for (int i = 0; i < p->n_buffers; i++) {
+        const struct vk_buffer *b = bufs ? bufs[i] : NULL;
+        if (!b || !b->buf) {
+            record_fail(d, "vk_dispatch: binding %d has no buffer (a bug in "
+                        "kakeya)", i);
+            return;
+        }
+        /* A whole-buffer binding may not exceed maxStorageBufferRange. */
+        if (align_up(b->size, 4) > d->props.limits.maxStorageBufferRange) {
+            record_fail(d, "vk_dispatch: binding %d is a %.1f MiB buffer, "
+                        "past the device's storage buffer range of %.1f MiB "
+                        "(a bug in kakeya: split the tensor)", i,
+                        MIB(b->size),
+                        MIB(d->props.limits.maxStorageBufferRange));
+            return;
+        }
+        infos[i] = (VkDescriptorBufferInfo){
+            .buffer = b->buf, .offset = 0, .range = VK_WHOLE_SIZE};
+        writes[i] = (VkWriteDescriptorSet){
+            .sType = VK_STRUCTURE_TYPE_WRITE_DESCRIPTOR_SET,
+            .dstBinding = (uint32_t)i,
+            .descriptorCount = 1,
+            .descriptorType = VK_DESCRIPTOR_TYPE_STORAGE_BUFFER,
+            .pBufferInfo = &infos[i],
+        };
+    }
+    d->fn.vkCmdBindPipeline(d->cmd, VK_PIPELINE_BIND_POINT_COMPUTE, p->pipe);
+    d->fn.vkCmdPushDescriptorSetKHR(d->cmd, VK_PIPELINE_BIND_POINT_COMPUTE,
+                                    p->layout, 0, (uint32_t)p->n_buffers,
+                                    writes);
+    if (p->push_bytes)
+        d->fn.vkCmdPushConstants(d->cmd, p->layout,
+                                 VK_SHADER_STAGE_COMPUTE_BIT, 0,
+                                 p->push_bytes, push);
+    d->fn.vkCmdDispatch(d->cmd, groups_x, groups_y, groups_z);
+    barrier(d, d->cmd, STAGES_WORK, WRITES_WORK, STAGES_WORK, ACCESS_WORK);
+}
+
+void vk_copy(struct vk_device *d, const struct vk_buffer *src,
+             VkDeviceSize src_offset, const struct vk_buffer *dst,
+             VkDeviceSize dst_offset, VkDeviceSize bytes)
+{
+    if (!can_record(d, "vk_copy"))
+        return;
+    if (!src || !src->buf || !dst || !dst->buf) {
+        record_fail(d, "vk_copy: no buffer (a bug in kakeya)");
+        return;
+    }
+    if (src_offset > src->size || bytes > src->size - src_offset ||
+        dst_offset > dst->size || bytes > dst->size - dst_offset) {
+        record_fail(d, "vk_copy: %llu bytes from offset %llu of a %llu-byte "
+                    "buffer to offset %llu of a %llu-byte buffer run past an "
+                    "end (a bug in kakeya)", (unsigned long long)bytes,
+                    (unsigned long long)src_offset,
+                    (unsigned long long)src->size,
+                    (unsigned long long)dst_offset,
+                    (unsigned long long)dst->size);
+        return;
+    }
+    if (bytes == 0)
+        return;
+    if (src->buf == dst->buf && src_offset < dst_offset + bytes &&
+        dst_offset < src_offset + bytes) {
+        record_fail(d, "vk_copy: source and destination overlap inside one "
+                    "buffer (a bug in kakeya)");
+        return;
+    }
+    VkBufferCopy region = {.srcOffset = src_offset, .dstOffset = dst_offset,
+                           .size = bytes};
+    d->fn.vkCmdCopyBuffer(d->cmd, src->buf, dst->buf, 1, &region);
+    barrier(d, d->cmd, STAGES_WORK, WRITES_WORK, STAGES_WORK, ACCESS_WORK);
+}
+
+int vk_submit_wait(struct vk_device *d, struct kk_error *err)
+{
+    if (!d->is_recording) {
+        int rc = kk_fail(err, "%s", d->record_error[0]
+                                        ? d->record_error
+                                        : "vk_submit_wait without vk_begin "
+                                          "(a bug in kakeya)");
+        d->record_error[0] = 0;
+        return rc;
+    }
+    d->is_recording = false;
+    /* Makes the results visible to host reads of mapped buffers. */
+    barrier(d, d->cmd, STAGES_WORK, WRITES_WORK, VK_PIPELINE_STAGE_HOST_BIT,
+            VK_ACCESS_HOST_READ_BIT);
+    VkResult r = d->fn.vkEndCommandBuffer(d->cmd);
+    if (d->record_error[0]) {
+        /* Nothing is submitted; the next vk_begin resets the buffer. */
+        int rc = kk_fail(err, "%s: %s", d->props.deviceName, d->record_error);
+        d->record_error[0] = 0;
+        return rc;
+    }
+    if (r != VK_SUCCESS)
+        return kk_fail(err, "%s: recording the commands failed (%s): the "
+                       "device may be out of memory; use a smaller context "
+                       "or --backend cpu", d->props.deviceName,
+                       vk_result_name(r));
+    return submit_wait(d, d->cmd, "the recorded work", err);
+}

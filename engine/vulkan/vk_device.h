@@ -1,0 +1,155 @@
+/* vk_device.h — one Vulkan compute device: the loader, the device, memory,
+ * compute pipelines and one command stream.
+ *
+ * The loader (libvulkan.so.1) is opened at run time with dlopen, so the
+ * same kakeya binary runs on machines with no Vulkan at all (it computes on
+ * the CPU there) and every Vulkan entry point is called through the table
+ * in struct vk_device (fn). Nothing here knows about models: buffers are
+ * bytes, pipelines are SPIR-V with N storage buffers and push constants.
+ *
+ * Requirements on a device (checked by vk_device_list, which says what is
+ * missing): Vulkan 1.1+, a compute queue, VK_KHR_push_descriptor (each
+ * dispatch pushes its buffer bindings; no descriptor pools to manage).
+ * Shaders read and write storage buffers as 32-bit words only, so no 8- or
+ * 16-bit storage features are needed.
+ *
+ * Recording: vk_begin() opens the device's one command buffer;
+ * vk_dispatch() and vk_copy() record into it, each followed by a full
+ * compute/transfer memory barrier (ops of one forward pass depend on each
+ * other almost always; correctness over overlap); vk_submit_wait() submits
+ * and blocks until the GPU is done. One thread owns a device.
+ *
+ * Ownership: every _new/_open has its _free/_close, safe on NULL or on a
+ * zeroed struct. Errors are values: functions that can fail return 0 or -1
+ * and fill err with what happened and what to do. */
+#ifndef KK_VK_DEVICE_H
+#define KK_VK_DEVICE_H
+
+#define VK_NO_PROTOTYPES
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <vulkan/vulkan.h>
+
+#include "kakeya.h"
+#include "kakeya_error.h"
+
+/* The entry points kakeya calls, loaded from the loader at open. */
+struct vk_fn {
+#define VK_FN(name) PFN_##name name;
+#include "vk_functions.h"
+#undef VK_FN
+};
+
+/* Where a buffer lives: DEVICE is device-local (weights, activations, KV
+ * cache); UPLOAD and READBACK are host-visible, coherent and persistently
+ * mapped (`mapped`), for data going to and coming from the device. */
+enum vk_memory { VK_MEM_DEVICE, VK_MEM_UPLOAD, VK_MEM_READBACK };
+
+struct vk_buffer {
+    VkBuffer buf;
+    VkDeviceSize size;      /* bytes asked for */
+    void *mapped;           /* UPLOAD/READBACK: host pointer; else NULL */
+    /* Where its memory came from (a block of the suballocator, or its own
+     * allocation for large buffers); internal to vk_device.c. */
+    VkDeviceMemory mem;
+    VkDeviceSize offset;
+    int block;              /* -1: own allocation */
+};
+
+struct vk_pipeline {
+    VkPipeline pipe;
+    VkPipelineLayout layout;
+    VkDescriptorSetLayout set_layout;
+    int n_buffers;          /* storage buffers at bindings 0..n_buffers-1 */
+    uint32_t push_bytes;    /* push-constant block size */
+};
+
+struct vk_device;
+
+/* ---- devices ---- */
+
+/* Lists the devices in the loader's order (what --device N indexes):
+ * fills at most max entries of out, returns how many devices there are,
+ * or -1 when no loader can be opened or no instance created (err says
+ * which, and that kakeya computes on the CPU with --backend cpu). */
+int vk_device_list(struct kk_vk_device_info *out, int max,
+                   struct kk_error *err);
+
+/* Opens device `index` (from vk_device_list), or with index < 0 the first
+ * usable GPU that is not a software renderer (KK_BACKEND_AUTO; fails when
+ * there is none). The message of a failure names the device and what to do
+ * (`kakeya info --devices`, `--backend cpu`). */
+int vk_device_open(int index, struct vk_device **out, struct kk_error *err);
+void vk_device_close(struct vk_device *d);
+
+/* The device's name, e.g. "NVIDIA H200" or "llvmpipe (LLVM 15.0.6, 256 bits)". */
+const char *vk_device_name(const struct vk_device *d);
+/* Entry points, for code that records more than vk_dispatch/vk_copy. */
+const struct vk_fn *vk_device_fn(const struct vk_device *d);
+VkDevice vk_device_handle(const struct vk_device *d);
+/* Whether the device is a CPU in disguise (lavapipe): shaders that run
+ * well on a GPU's many threads may have a better form for it. */
+bool vk_device_is_cpu(const struct vk_device *d);
+/* The limits a caller sizes dispatches by. */
+uint32_t vk_device_max_groups_x(const struct vk_device *d);
+uint64_t vk_device_max_buffer_range(const struct vk_device *d);
+
+/* ---- memory ---- */
+
+/* A buffer of `size` bytes (> 0), usable as storage buffer and as transfer
+ * source and destination. Small buffers (< 64 MiB) are suballocated from
+ * 256 MiB blocks, so thousands of them (a model's tensors) stay within the
+ * device's limit on allocations; a block goes back to the device when its
+ * last buffer is freed (space freed inside a block is not reused). Offsets
+ * in a block respect minStorageBufferOffsetAlignment. The VkBuffer is
+ * rounded up to a whole 32-bit word, so a shader may touch the word that
+ * holds the last bytes. Fails with the size and the memory left in the
+ * message; `out` is then zeroed (safe to free). */
+int vk_buffer_new(struct vk_device *d, VkDeviceSize size, enum vk_memory where,
+                  struct vk_buffer *out, struct kk_error *err);
+void vk_buffer_free(struct vk_device *d, struct vk_buffer *b);
+
+/* Synchronous copies between host memory and a DEVICE buffer through an
+ * internal staging buffer (64 MiB, made on first use; bigger copies go in
+ * chunks, one submission each: any size works). A mapped (UPLOAD/READBACK)
+ * buffer is copied with memcpy. Must not be called between vk_begin and
+ * vk_submit_wait (they are refused there). */
+int vk_upload(struct vk_device *d, struct vk_buffer *dst, VkDeviceSize offset,
+              const void *src, size_t bytes, struct kk_error *err);
+int vk_download(struct vk_device *d, const struct vk_buffer *src,
+                VkDeviceSize offset, void *dst, size_t bytes,
+                struct kk_error *err);
+
+/* ---- pipelines ---- */
+
+/* A compute pipeline from SPIR-V (entry point "main") whose shader reads
+ * n_buffers storage buffers at set 0, bindings 0..n_buffers-1, and a
+ * push-constant block of push_bytes (<= 128). */
+int vk_pipeline_new(struct vk_device *d, const uint32_t *spirv, size_t bytes,
+                    int n_buffers, uint32_t push_bytes,
+                    struct vk_pipeline *out, struct kk_error *err);
+void vk_pipeline_free(struct vk_device *d, struct vk_pipeline *p);
+
+/* ---- recording ---- */
+
+int vk_begin(struct vk_device *d, struct kk_error *err);
+/* Binds bufs[0..p->n_buffers-1] (whole buffers) to bindings 0.., pushes
+ * push_bytes of `push`, dispatches groups_x * groups_y * groups_z
+ * workgroups, then a barrier. */
+void vk_dispatch(struct vk_device *d, const struct vk_pipeline *p,
+                 const struct vk_buffer *const *bufs, const void *push,
+                 uint32_t groups_x, uint32_t groups_y, uint32_t groups_z);
+/* Records a copy of `bytes` (any offsets, any alignment), then a barrier. */
+void vk_copy(struct vk_device *d, const struct vk_buffer *src,
+             VkDeviceSize src_offset, const struct vk_buffer *dst,
+             VkDeviceSize dst_offset, VkDeviceSize bytes);
+/* Submits what was recorded since vk_begin and waits for it (60 s at
+ * most); afterwards the results are visible to host reads of mapped
+ * buffers too. A lost device or a timeout fails with a message (and every
+ * later call fails: restart). A mistake while recording (a range past a
+ * buffer's end, too many workgroups, a missing buffer) stops the recording
+ * and is reported here instead of being submitted. */
+int vk_submit_wait(struct vk_device *d, struct kk_error *err);
+
+#endif

@@ -1,0 +1,47 @@
+/* vk_shaders.c — see vk_shaders.h. The SPIR-V comes from
+ * build/shaders/spirv.S (.incbin of every .spv, between the symbols
+ * kk_spv_NAME and kk_spv_NAME_end); shader_list.h names them, one
+ * SHADER(name) line each, so this table follows the Makefile's list. */
+#include "vk_shaders.h"
+
+#include <pthread.h>
+#include <string.h>
+
+#define SHADER(n) extern const uint32_t kk_spv_##n[], kk_spv_##n##_end[];
+#include "shader_list.h"
+#undef SHADER
+
+static const struct {
+    const char *name;
+    const uint32_t *start, *end;
+} shader_table[] = {
+#define SHADER(n) {#n, kk_spv_##n, kk_spv_##n##_end},
+#include "shader_list.h"
+#undef SHADER
+};
+
+enum { N_SHADERS = sizeof shader_table / sizeof shader_table[0] };
+
+/* The sizes are differences of link-time addresses, which no static
+ * initialiser may hold: the entries are filled once, on first use. */
+static struct vk_spirv spirv[N_SHADERS];
+static pthread_once_t spirv_once = PTHREAD_ONCE_INIT;
+
+static void fill_spirv(void)
+{
+    for (size_t i = 0; i < N_SHADERS; i++) {
+        spirv[i].name = shader_table[i].name;
+        spirv[i].code = shader_table[i].start;
+        spirv[i].bytes =
+            (size_t)(shader_table[i].end - shader_table[i].start) * 4;
+    }
+}
+
+const struct vk_spirv *vk_shader_find(const char *name)
+{
+    pthread_once(&spirv_once, fill_spirv);
+    for (size_t i = 0; i < N_SHADERS; i++)
+        if (strcmp(spirv[i].name, name) == 0)
+            return &spirv[i];
+    return NULL;
+}

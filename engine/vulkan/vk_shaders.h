@@ -1,0 +1,119 @@
+/* vk_shaders.h — the compute shaders of the Vulkan backend, as embedded
+ * SPIR-V, and the push-constant blocks they take.
+ *
+ * shaders/NAME.comp is compiled by glslc at build time (matmul.comp once
+ * per weight type, with -DWTYPE_<T>) and linked into the binary; nothing
+ * is compiled at run time. Every buffer is bound as an array of 32-bit
+ * words (uint or float, std430); quantized bytes are unpacked from words
+ * in the shader, so no 8/16-bit storage feature is needed.
+ *
+ * Each struct below is the shader's push_constant block, member for
+ * member (all 4-byte scalars); the comment before it gives the bindings
+ * and the dispatch grid the host records. */
+#ifndef KK_VK_SHADERS_H
+#define KK_VK_SHADERS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+struct vk_spirv {
+    const char *name;        /* e.g. "matmul_q8_0", "rmsnorm" */
+    const uint32_t *code;
+    size_t bytes;
+};
+
+/* The embedded shader `name`, or NULL when the build has none of that
+ * name. */
+const struct vk_spirv *vk_shader_find(const char *name);
+
+/* matmul_<t>, t in f32 f16 bf16 q8_0 q4_0 q5_0 q4_k q6_k:
+ *   y[t][r] = sum_c W[r][c] * x[t][c]   for t < n_tokens, r < n_rows
+ * bindings: 0 W (the matrix's raw GGUF bytes: row r at r * row_bytes),
+ *           1 X (float, n_tokens rows of n_cols), 2 Y (float, n_tokens rows
+ *           of n_rows).
+ * grid: (ceil(n_rows / MM_ROWS), ceil(n_tokens / MM_TOKENS), 1); each
+ * workgroup reads its MM_ROWS weight rows once for its MM_TOKENS tokens.
+ *
+ * matmul_rows_<t>: the same product with one invocation per weight row,
+ * for devices whose invocations are a CPU's SIMD lanes (lavapipe).
+ * grid: (ceil(n_rows / MM_ROWWISE_ROWS), ceil(n_tokens / MM_TOKENS), 1).
+ *
+ * In both, row groups beyond the device's grid width may spill into z:
+ * group g = x + z * groups_x; a group past the last row does nothing. */
+enum { MM_ROWS = 2, MM_TOKENS = 16, MM_ROWWISE_ROWS = 64 };
+struct vk_push_matmul {
+    uint32_t n_cols, n_rows, n_tokens, row_bytes;
+};
+
+/* rmsnorm: y = x / sqrt(mean(x^2) + eps) * w over each of n_groups groups
+ * of dim values. bindings: 0 X (float), 1 Y (float; may be the same buffer
+ * as X: in place), 2 W (float, dim). grid: (n_groups, 1, 1). */
+struct vk_push_rmsnorm {
+    uint32_t dim, n_groups;
+    float eps;
+};
+
+/* rope: rotates the first n_rot dims of each of n_heads heads (head_dim
+ * apart) of n_rows rows, in place. style 0 (NORM) pairs (2i, 2i+1),
+ * 1 (NEOX) pairs (i, i + n_rot/2). The angles come precomputed by the
+ * host, so they are the CPU's to the bit: CS[(row * (n_rot/2) + i) * 2]
+ * is cos, + 1 sin. bindings: 0 X (float), 1 CS (float).
+ * grid: (ceil(n_rows * n_heads * n_rot/2 / 64), 1, 1). */
+struct vk_push_rope {
+    uint32_t n_rows, n_heads, head_dim, n_rot, style;
+};
+
+/* add: x[i] += y[width ? i % width : i] for i < count (width > 0 broadcasts
+ * one row of y, e.g. a bias). bindings: 0 X (float), 1 Y (float).
+ * grid: (min(ceil(count / 256), ELEMWISE_MAX_GROUPS), 1, 1), grid-stride loop. */
+enum { ELEMWISE_MAX_GROUPS = 65535 };
+struct vk_push_add {
+    uint32_t count, width;
+};
+
+/* gated_act: gate[i] = act(gate[i]) * up[i] for i < count; act is SiLU, or
+ * with use_gelu the tanh-approximated GELU evaluated as ggml does it:
+ * 0 for g <= -10, g for g >= 10, else f16(gelu(f16(g))) where f16() rounds
+ * to the nearest half, ties to even. bindings: 0 GATE (float, in/out),
+ * 1 UP (float). grid as for add. */
+struct vk_push_gated_act {
+    uint32_t count, use_gelu;
+};
+
+/* kv_store: converts n_rows rows of kv_dim floats into the KV storage type,
+ * rows packed back to back (row_bytes each, byte-addressed: rows need not
+ * start on a word). type 0 f32, 1 f16 (nearest, ties to even), 2 q8_0:
+ * blocks of `block` values, each an f16 scale d = f16(amax / 127) then
+ * `block` int8 q = roundEven(x * (1 / (amax / 127))) (0 when amax is 0) —
+ * kv.c's store_row, to the bit. Every output word is written by exactly
+ * one invocation (bytes of one word may belong to two blocks or rows).
+ * bindings: 0 SRC (float), 1 DST (uint).
+ * grid: (ceil(ceil(n_rows * row_bytes / 4) / 64), 1, 1). */
+struct vk_push_kv_store {
+    uint32_t n_rows, kv_dim, type, block, row_bytes;
+};
+
+/* attention: for query row t (position p = pos0 + t) and head h:
+ *   out[t][h] = sum_k softmax_k(scale * q[t][h] . K[k][g]) V[k][g],
+ *   g = h / (n_head / n_head_kv),
+ * over the positions k the query sees (kv.h's kv_visible): w = layer_window
+ * when policy is 2 (sink+window), else model_window (0: no limit);
+ * sink_end = policy 2 ? min(n_sink, p + 1) : 0;
+ * lo = (w > 0 && p - w + 1 > sink_end) ? p - w + 1 : sink_end;
+ * k in [0, sink_end) and [lo, p].
+ * Row of position k: k >= pos0 is row k - pos0 of the stage buffers (this
+ * batch); else slot s of the cache buffers, s = k (policy 0, full),
+ * k % capacity (1, ring), k < n_sink ? k : n_sink + (k - n_sink) %
+ * (capacity - n_sink) (2). Rows are row_bytes apart, stored as kv_store
+ * writes them (type, block); head g's values start at value g * head_dim.
+ * bindings: 0 Q (float, n_rows x n_head x head_dim), 1 K cache, 2 V cache,
+ *           3 K stage, 4 V stage (uint), 5 OUT (float, like Q).
+ * grid: (n_head, n_rows, 1). */
+struct vk_push_attention {
+    uint32_t n_rows, pos0, n_head, n_head_kv, head_dim;
+    uint32_t type, block, row_bytes;
+    uint32_t policy, capacity, n_sink, layer_window, model_window;
+    float scale;
+};
+
+#endif

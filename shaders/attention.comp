@@ -1,0 +1,317 @@
+/* attention.comp — softmax(scale q.K) V for one (head, query row) per
+ * workgroup (contract in engine/vulkan/vk_shaders.h; the CPU twin is
+ * backend_cpu.c's attention_task with kv.h's kv_visible and kv_slot).
+ *
+ * The positions the query sees, [0, sink_end) and [lo, p], are numbered
+ * 0..n_vis-1 in order (the batch's own, in the stage buffers, come last)
+ * and taken WG at a time. Each thread scores one key of the chunk (a dot
+ * product with the query, held in shared memory, over head_dim values read
+ * in place from the cache or stage buffer: f32, f16 or q8_0); the chunk's
+ * maximum is found in shared memory, and an online softmax rescales what
+ * was accumulated so far (running maximum m, per-thread running sums l,
+ * outputs o) by e^(m_old - m_new). Then the threads, split into partitions
+ * of head_dim/4 threads, add p_k V[k] for the chunk's keys: each thread
+ * owns 4 output values of its partition, each partition every parts-th
+ * key. At the end the partitions' outputs and the threads' sums are added
+ * in shared memory. Nothing but a few shared arrays is needed, for any
+ * context length. Scores and the softmax are f32 with the maximum
+ * subtracted (the CPU sums in double): agreement is to ~1e-5, not to the
+ * bit.
+ *
+ * Speed: the loops that read K and V are specialised per storage type and
+ * buffer, with no branch between a load and its use, so that a thread's
+ * loads (8 at a time) are in flight together; a branch there makes the
+ * GPU wait for each load in turn (on an H200, 4x slower). Heads whose
+ * values cannot be read 4 at a time (f16 rows off a word, q8_0 blocks not
+ * a multiple of 4, head_dim not a multiple of 4) take a slower path value
+ * by value. */
+#version 450
+
+#include "common.glsl"
+
+#define WG 256u
+#define HD_MAX 256u
+#define STAGED 0x80000000u  /* row index flag: in the stage buffers */
+#define V_STEP 8u           /* keys whose values are loaded together */
+
+layout(local_size_x = 256) in;
+
+layout(std430, binding = 0) readonly buffer QBuf { float q[]; };
+layout(std430, binding = 1) readonly buffer KCache { uint kc[]; };
+layout(std430, binding = 2) readonly buffer VCache { uint vc[]; };
+layout(std430, binding = 3) readonly buffer KStage { uint ks[]; };
+layout(std430, binding = 4) readonly buffer VStage { uint vs[]; };
+layout(std430, binding = 5) writeonly buffer OutBuf { float o_out[]; };
+
+layout(push_constant) uniform Push {
+    uint n_rows, pos0, n_head, n_head_kv, head_dim;
+    uint type, block, row_bytes;
+    uint policy, capacity, n_sink, layer_window, model_window;
+    float scale;
+} pc;
+
+shared vec4 qsh[HD_MAX / 4u];   /* the query head, zero-padded to 4 */
+shared float red[WG];           /* reductions: chunk maximum, final sum */
+shared float psh[WG];           /* the chunk's probabilities */
+shared uint rsh[WG];            /* the chunk's rows: index | STAGED */
+shared float osh[4u * WG];      /* the partitions' outputs, at the end */
+
+/* ---- reading values of a stored row ---- */
+
+/* Values e .. e+3 of the row at byte off of buffer buf, 4 at a time:
+ * f32 words; f16 two words (row and value on a word); q8_0 four int8
+ * of one block (block a multiple of 4) times its f16 scale, as
+ * kv_load_head computes them (scale * q). */
+#define FETCH_F32(buf, off, e)                                               \
+    uintBitsToFloat(uvec4(buf[((off) >> 2u) + (e)],                          \
+                          buf[((off) >> 2u) + (e) + 1u],                     \
+                          buf[((off) >> 2u) + (e) + 2u],                     \
+                          buf[((off) >> 2u) + (e) + 3u]))
+#define FETCH_F16(buf, off, e)                                               \
+    vec4(unpackHalf2x16(buf[((off) + 2u * (e)) >> 2u]),                      \
+         unpackHalf2x16(buf[(((off) + 2u * (e)) >> 2u) + 1u]))
+#define FETCH_Q8(buf, off, e) fetch_q8_##buf(off, e)
+
+#define DEFINE_READERS(buf)                                                  \
+    vec4 fetch_q8_##buf(uint off, uint e)                                    \
+    {                                                                        \
+        const uint B = pc.block;                                             \
+        uint bb = off + (e / B) * (2u + B);                                  \
+        uint at = bb + 2u + e % B;                                           \
+        uint qw = KK_U32(buf, at);                                           \
+        float sc = kk_f16_to_f32(KK_U16(buf, bb));                           \
+        return sc * vec4(kk_sbyte(qw, 0u), kk_sbyte(qw, 1u),                 \
+                         kk_sbyte(qw, 2u), kk_sbyte(qw, 3u));                \
+    }                                                                        \
+    /* Value e, any type and alignment: the slow path. */                    \
+    float value_##buf(uint off, uint e)                                      \
+    {                                                                        \
+        if (pc.type == 0u)                                                   \
+            return uintBitsToFloat(buf[(off >> 2u) + e]);                    \
+        if (pc.type == 1u) {                                                 \
+            uint at = off + 2u * e;                                          \
+            return kk_f16_to_f32(KK_U16(buf, at));                           \
+        }                                                                    \
+        const uint B = pc.block;                                             \
+        uint bb = off + (e / B) * (2u + B);                                  \
+        uint at = bb + 2u + e % B;                                           \
+        int qv = bitfieldExtract(int(KK_U8(buf, at)), 0, 8);                 \
+        return kk_f16_to_f32(KK_U16(buf, bb)) * float(qv);                   \
+    }
+
+DEFINE_READERS(kc)
+DEFINE_READERS(ks)
+DEFINE_READERS(vc)
+DEFINE_READERS(vs)
+
+/* s = q . K-row head (values e0.., head_dim of them, a multiple of 32
+ * then of 4), 8 fetches issued before any is used. */
+#define DOT_LOOP(FETCH, buf, off, e0, s)                                     \
+    {                                                                        \
+        float s0_ = 0.0, s1_ = 0.0;                                          \
+        uint d_ = 0u;                                                        \
+        for (; d_ + 32u <= pc.head_dim; d_ += 32u) {                         \
+            vec4 f_[8];                                                      \
+            [[unroll]] for (uint u_ = 0u; u_ < 8u; u_++)                     \
+                f_[u_] = FETCH(buf, off, (e0) + d_ + 4u * u_);               \
+            [[unroll]] for (uint u_ = 0u; u_ < 8u; u_ += 2u) {               \
+                s0_ += dot(qsh[(d_ >> 2u) + u_], f_[u_]);                    \
+                s1_ += dot(qsh[(d_ >> 2u) + u_ + 1u], f_[u_ + 1u]);          \
+            }                                                                \
+        }                                                                    \
+        for (; d_ < pc.head_dim; d_ += 4u)                                   \
+            s0_ += dot(qsh[d_ >> 2u], FETCH(buf, off, (e0) + d_));           \
+        s = s0_ + s1_;                                                       \
+    }
+
+/* The same, value by value, for any type and alignment. */
+#define DOT_SLOW(buf, off, e0, s)                                            \
+    {                                                                        \
+        s = 0.0;                                                             \
+        for (uint d_ = 0u; d_ < pc.head_dim; d_++)                           \
+            s += qsh[d_ >> 2u][d_ & 3u] * value_##buf(off, (e0) + d_);       \
+    }
+
+/* o += p_j V_j (values dv .. dv+3) for this partition's keys j in
+ * [jb, je) (jb in the partition's sequence), V_STEP keys per step with
+ * all their loads before the first use: keys past je are clamped to a
+ * valid one and weigh 0, so no branch separates a load from its use. */
+#define V_LOOP(FETCH, buf, jb, je)                                           \
+    for (uint j0_ = (jb); j0_ < (je); j0_ += V_STEP * parts) {               \
+        vec4 v_[V_STEP];                                                     \
+        float p_[V_STEP];                                                    \
+        [[unroll]] for (uint u_ = 0u; u_ < V_STEP; u_++) {                   \
+            const uint j_ = min(j0_ + u_ * parts, (je) - 1u);                \
+            const uint off_ = (rsh[j_] & ~STAGED) * pc.row_bytes;            \
+            v_[u_] = FETCH(buf, off_, e0 + dv);                              \
+            p_[u_] = j0_ + u_ * parts < (je) ? psh[j_] : 0.0;                \
+        }                                                                    \
+        [[unroll]] for (uint u_ = 0u; u_ < V_STEP; u_++)                     \
+            o += p_[u_] * v_[u_];                                            \
+    }
+
+/* The same, value by value (n of the 4 valid), for any type. */
+#define V_SLOW(buf, jb, je)                                                  \
+    for (uint j_ = (jb); j_ < (je); j_ += parts) {                           \
+        const uint off_ = (rsh[j_] & ~STAGED) * pc.row_bytes;                \
+        vec4 v_ = vec4(0.0);                                                 \
+        for (uint i_ = 0u; i_ < nv; i_++)                                    \
+            v_[i_] = value_##buf(off_, e0 + dv + i_);                        \
+        o += psh[j_] * v_;                                                   \
+    }
+
+/* The cache slot of position k (kv.h's kv_slot). */
+uint slot_of(uint k)
+{
+    if (pc.policy == 1u)
+        return k % pc.capacity;
+    if (pc.policy == 2u)
+        return k < pc.n_sink ? k : pc.n_sink + (k - pc.n_sink) %
+                                                   (pc.capacity - pc.n_sink);
+    return k;
+}
+
+void main()
+{
+    const uint tid = gl_LocalInvocationID.x;
+    const uint h = gl_WorkGroupID.x, t = gl_WorkGroupID.y;
+    const uint hd = pc.head_dim;
+    const uint g = h / (pc.n_head / pc.n_head_kv);
+    const uint e0 = g * hd;
+    const uint qo = (t * pc.n_head + h) * hd;
+    /* Whether every head's values can be read 4 at a time. */
+    const bool fast = (hd & 3u) == 0u &&
+                      (pc.type == 0u ||
+                       (pc.type == 1u && (pc.row_bytes & 3u) == 0u &&
+                        (e0 & 1u) == 0u) ||
+                       (pc.type == 2u && (pc.block & 3u) == 0u));
+
+    /* What position p = pos0 + t sees (kv_visible), and the index of the
+     * first visible position in the stage buffers (>= pos0). */
+    const int p = int(pc.pos0 + t);
+    const int w = int(pc.policy == 2u ? pc.layer_window : pc.model_window);
+    const int sink_end = pc.policy == 2u ? min(int(pc.n_sink), p + 1) : 0;
+    const int lo = w > 0 && p - w + 1 > sink_end ? p - w + 1 : sink_end;
+    const uint n_vis = uint(sink_end + max(0, p - lo + 1));
+    const int pos0 = int(pc.pos0);
+    const uint v_stage = uint(pos0 <= sink_end ? pos0
+                                               : sink_end + max(0, pos0 - lo));
+
+    if (tid < HD_MAX / 4u) {
+        vec4 v = vec4(0.0);
+        [[unroll]] for (uint i = 0u; i < 4u; i++)
+            if (4u * tid + i < hd)
+                v[i] = q[qo + 4u * tid + i];
+        qsh[tid] = v;
+    }
+    barrier();
+
+    /* The V partitions: tpp threads of 4 values cover a head. */
+    const uint tpp = hd <= 128u ? 32u : 64u;
+    const uint parts = WG / tpp;
+    const uint part = tid / tpp, dv = 4u * (tid % tpp);
+    const uint nv = dv < hd ? min(4u, hd - dv) : 0u;
+
+    const float neg_inf = uintBitsToFloat(0xff800000u);
+    float m = neg_inf;   /* running maximum (the same in every thread) */
+    float l = 0.0;       /* this thread's share of the running sum */
+    vec4 o = vec4(0.0);  /* this thread's values of its partition's output */
+
+    for (uint c0 = 0u; c0 < n_vis; c0 += WG) {
+        const uint cnt = min(WG, n_vis - c0);
+        /* 1. score this thread's key */
+        float s = neg_inf;
+        if (tid < cnt) {
+            const uint vi = c0 + tid;
+            const uint k = vi < uint(sink_end) ? vi
+                                               : uint(lo) + (vi - uint(sink_end));
+            const bool staged = k >= pc.pos0;
+            const uint row = staged ? k - pc.pos0 : slot_of(k);
+            const uint off = row * pc.row_bytes;
+            rsh[tid] = staged ? row | STAGED : row;
+            if (!fast) {
+                if (staged)
+                    DOT_SLOW(ks, off, e0, s)
+                else
+                    DOT_SLOW(kc, off, e0, s)
+            } else if (pc.type == 1u) {
+                if (staged)
+                    DOT_LOOP(FETCH_F16, ks, off, e0, s)
+                else
+                    DOT_LOOP(FETCH_F16, kc, off, e0, s)
+            } else if (pc.type == 2u) {
+                if (staged)
+                    DOT_LOOP(FETCH_Q8, ks, off, e0, s)
+                else
+                    DOT_LOOP(FETCH_Q8, kc, off, e0, s)
+            } else {
+                if (staged)
+                    DOT_LOOP(FETCH_F32, ks, off, e0, s)
+                else
+                    DOT_LOOP(FETCH_F32, kc, off, e0, s)
+            }
+            s *= pc.scale;
+        }
+        red[tid] = s;
+        barrier();
+        /* 2. the chunk's maximum */
+        [[unroll]] for (uint r = WG / 2u; r > 0u; r >>= 1u) {
+            if (tid < r)
+                red[tid] = max(red[tid], red[tid + r]);
+            barrier();
+        }
+        const float m_new = max(m, red[0]);
+        const float alpha = m == neg_inf ? 0.0 : exp(m - m_new);
+        m = m_new;
+        /* 3. probabilities, and what came before rescaled */
+        const float pr = tid < cnt ? exp(s - m_new) : 0.0;
+        psh[tid] = pr;
+        l = l * alpha + pr;
+        o *= alpha;
+        barrier();
+        /* 4. o += p V over this partition's keys of the chunk: those in
+         * the cache [part, split), then those staged [jb, cnt) */
+        if (nv > 0u) {
+            const uint split = clamp(v_stage, c0, c0 + cnt) - c0;
+            const uint jb = split <= part
+                                ? part
+                                : part + (split - part + parts - 1u) / parts * parts;
+            if (!fast) {
+                V_SLOW(vc, part, split)
+                V_SLOW(vs, jb, cnt)
+            } else if (pc.type == 1u) {
+                V_LOOP(FETCH_F16, vc, part, split)
+                V_LOOP(FETCH_F16, vs, jb, cnt)
+            } else if (pc.type == 2u) {
+                V_LOOP(FETCH_Q8, vc, part, split)
+                V_LOOP(FETCH_Q8, vs, jb, cnt)
+            } else {
+                V_LOOP(FETCH_F32, vc, part, split)
+                V_LOOP(FETCH_F32, vs, jb, cnt)
+            }
+        }
+        barrier();  /* red, psh, rsh are rewritten by the next chunk */
+    }
+
+    /* The sum of every thread's share, and of the partitions' outputs. */
+    red[tid] = l;
+    osh[4u * tid] = o.x;
+    osh[4u * tid + 1u] = o.y;
+    osh[4u * tid + 2u] = o.z;
+    osh[4u * tid + 3u] = o.w;
+    barrier();
+    [[unroll]] for (uint r = WG / 2u; r > 0u; r >>= 1u) {
+        if (tid < r)
+            red[tid] += red[tid + r];
+        barrier();
+    }
+    const float inv = 1.0 / red[0];
+    /* Thread i of partition k holds values 4i .. 4i+3 at osh[4 (k tpp +
+     * i) ..]: value d of partition k is osh[4 tpp k + d]. */
+    for (uint d = tid; d < hd; d += WG) {
+        float sum = 0.0;
+        for (uint k = 0u; k < parts; k++)
+            sum += osh[k * 4u * tpp + d];
+        o_out[qo + d] = sum * inv;
+    }
+}

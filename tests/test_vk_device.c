@@ -1,0 +1,570 @@
+/* test_vk_device.c — the Vulkan device layer does what vk_device.h says.
+ *
+ * Devices are listed with a name and a type; opening refuses an index past
+ * the last device and never picks a software renderer by itself. Bytes go
+ * to the device and back unchanged, in chunks and at odd offsets; recorded
+ * copies and dispatches move and compute what they should; thousands of
+ * small buffers share a few memory blocks without overlapping; a recording
+ * mistake comes back from vk_submit_wait as a message.
+ *
+ * Runs on whatever the loader offers (lavapipe, the CPU driver, on machines
+ * without a GPU). With no Vulkan device at all every test says SKIP loudly
+ * and skips. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "kakeya.h"
+#include "vk_device.h"
+
+/* What vk_device.c stages through in one submission (VK_STAGING_BYTES):
+ * transfers above it take several chunks. */
+#define STAGING_CHUNK ((size_t)64 << 20)
+
+/* y = a * scale + b, kept here as SPIR-V so the test needs no build step:
+ *
+ *   #version 450
+ *   layout(local_size_x = 64) in;
+ *   layout(std430, binding = 0) readonly buffer A { float a[]; };
+ *   layout(std430, binding = 1) readonly buffer B { float b[]; };
+ *   layout(std430, binding = 2) writeonly buffer Y { float y[]; };
+ *   layout(push_constant) uniform P { uint n; float scale; } p;
+ *   void main()
+ *   {
+ *       uint i = gl_GlobalInvocationID.x;
+ *       if (i < p.n)
+ *           y[i] = a[i] * p.scale + b[i];
+ *   }
+ *
+ * compiled with `glslc --target-env=vulkan1.1 -O -mfmt=num`. */
+static const uint32_t axpb_spirv[] = {
+    0x07230203, 0x00010300, 0x000d000b, 0x0000003c, 0x00000000, 0x00020011,
+    0x00000001, 0x0006000b, 0x00000001, 0x4c534c47, 0x6474732e, 0x3035342e,
+    0x00000000, 0x0003000e, 0x00000000, 0x00000001, 0x0006000f, 0x00000005,
+    0x00000004, 0x6e69616d, 0x00000000, 0x0000000b, 0x00060010, 0x00000004,
+    0x00000011, 0x00000040, 0x00000001, 0x00000001, 0x00040047, 0x0000000b,
+    0x0000000b, 0x0000001c, 0x00050048, 0x00000012, 0x00000000, 0x00000023,
+    0x00000000, 0x00050048, 0x00000012, 0x00000001, 0x00000023, 0x00000004,
+    0x00030047, 0x00000012, 0x00000002, 0x00040047, 0x0000001e, 0x00000006,
+    0x00000004, 0x00040048, 0x0000001f, 0x00000000, 0x00000019, 0x00050048,
+    0x0000001f, 0x00000000, 0x00000023, 0x00000000, 0x00030047, 0x0000001f,
+    0x00000002, 0x00040047, 0x00000021, 0x00000022, 0x00000000, 0x00040047,
+    0x00000021, 0x00000021, 0x00000002, 0x00040047, 0x00000023, 0x00000006,
+    0x00000004, 0x00040048, 0x00000024, 0x00000000, 0x00000018, 0x00050048,
+    0x00000024, 0x00000000, 0x00000023, 0x00000000, 0x00030047, 0x00000024,
+    0x00000002, 0x00040047, 0x00000026, 0x00000022, 0x00000000, 0x00040047,
+    0x00000026, 0x00000021, 0x00000000, 0x00040047, 0x00000030, 0x00000006,
+    0x00000004, 0x00040048, 0x00000031, 0x00000000, 0x00000018, 0x00050048,
+    0x00000031, 0x00000000, 0x00000023, 0x00000000, 0x00030047, 0x00000031,
+    0x00000002, 0x00040047, 0x00000033, 0x00000022, 0x00000000, 0x00040047,
+    0x00000033, 0x00000021, 0x00000001, 0x00040047, 0x0000003b, 0x0000000b,
+    0x00000019, 0x00020013, 0x00000002, 0x00030021, 0x00000003, 0x00000002,
+    0x00040015, 0x00000006, 0x00000020, 0x00000000, 0x00040017, 0x00000009,
+    0x00000006, 0x00000003, 0x00040020, 0x0000000a, 0x00000001, 0x00000009,
+    0x0004003b, 0x0000000a, 0x0000000b, 0x00000001, 0x0004002b, 0x00000006,
+    0x0000000c, 0x00000000, 0x00040020, 0x0000000d, 0x00000001, 0x00000006,
+    0x00030016, 0x00000011, 0x00000020, 0x0004001e, 0x00000012, 0x00000006,
+    0x00000011, 0x00040020, 0x00000013, 0x00000009, 0x00000012, 0x0004003b,
+    0x00000013, 0x00000014, 0x00000009, 0x00040015, 0x00000015, 0x00000020,
+    0x00000001, 0x0004002b, 0x00000015, 0x00000016, 0x00000000, 0x00040020,
+    0x00000017, 0x00000009, 0x00000006, 0x00020014, 0x0000001a, 0x0003001d,
+    0x0000001e, 0x00000011, 0x0003001e, 0x0000001f, 0x0000001e, 0x00040020,
+    0x00000020, 0x0000000c, 0x0000001f, 0x0004003b, 0x00000020, 0x00000021,
+    0x0000000c, 0x0003001d, 0x00000023, 0x00000011, 0x0003001e, 0x00000024,
+    0x00000023, 0x00040020, 0x00000025, 0x0000000c, 0x00000024, 0x0004003b,
+    0x00000025, 0x00000026, 0x0000000c, 0x00040020, 0x00000028, 0x0000000c,
+    0x00000011, 0x0004002b, 0x00000015, 0x0000002b, 0x00000001, 0x00040020,
+    0x0000002c, 0x00000009, 0x00000011, 0x0003001d, 0x00000030, 0x00000011,
+    0x0003001e, 0x00000031, 0x00000030, 0x00040020, 0x00000032, 0x0000000c,
+    0x00000031, 0x0004003b, 0x00000032, 0x00000033, 0x0000000c, 0x0004002b,
+    0x00000006, 0x00000039, 0x00000040, 0x0004002b, 0x00000006, 0x0000003a,
+    0x00000001, 0x0006002c, 0x00000009, 0x0000003b, 0x00000039, 0x0000003a,
+    0x0000003a, 0x00050036, 0x00000002, 0x00000004, 0x00000000, 0x00000003,
+    0x000200f8, 0x00000005, 0x00050041, 0x0000000d, 0x0000000e, 0x0000000b,
+    0x0000000c, 0x0004003d, 0x00000006, 0x0000000f, 0x0000000e, 0x00050041,
+    0x00000017, 0x00000018, 0x00000014, 0x00000016, 0x0004003d, 0x00000006,
+    0x00000019, 0x00000018, 0x000500b0, 0x0000001a, 0x0000001b, 0x0000000f,
+    0x00000019, 0x000300f7, 0x0000001d, 0x00000000, 0x000400fa, 0x0000001b,
+    0x0000001c, 0x0000001d, 0x000200f8, 0x0000001c, 0x00060041, 0x00000028,
+    0x00000029, 0x00000026, 0x00000016, 0x0000000f, 0x0004003d, 0x00000011,
+    0x0000002a, 0x00000029, 0x00050041, 0x0000002c, 0x0000002d, 0x00000014,
+    0x0000002b, 0x0004003d, 0x00000011, 0x0000002e, 0x0000002d, 0x00060041,
+    0x00000028, 0x00000035, 0x00000033, 0x00000016, 0x0000000f, 0x0004003d,
+    0x00000011, 0x00000036, 0x00000035, 0x0008000c, 0x00000011, 0x00000037,
+    0x00000001, 0x00000032, 0x0000002a, 0x0000002e, 0x00000036, 0x00060041,
+    0x00000028, 0x00000038, 0x00000021, 0x00000016, 0x0000000f, 0x0003003e,
+    0x00000038, 0x00000037, 0x000200f9, 0x0000001d, 0x000200f8, 0x0000001d,
+    0x000100fd, 0x00010038,
+};
+
+struct push_axpb {
+    uint32_t n;
+    float scale;
+};
+
+/* ---- fixtures ---- */
+
+/* The devices the loader lists (at most 8 described), or -1 after a loud
+ * SKIP line and skip() when there is none. */
+static int list_or_skip(struct kk_vk_device_info *info)
+{
+    struct kk_error err = {{0}};
+    int n = vk_device_list(info, 8, &err);
+    if (n <= 0) {
+        fprintf(stderr, "SKIP (no Vulkan device): %s\n",
+                n < 0 ? err.msg : "the loader reports no device");
+        skip();
+    }
+    return n;
+}
+
+/* The first usable device (index 0 on a machine with only lavapipe), or a
+ * loud skip when there is none. */
+static struct vk_device *open_or_skip(void)
+{
+    struct kk_vk_device_info info[8];
+    int n = list_or_skip(info);
+    int index = -1;
+    for (int i = 0; i < n && i < 8 && index < 0; i++)
+        if (info[i].is_usable)
+            index = i;
+    if (index < 0) {
+        fprintf(stderr, "SKIP (no Vulkan device): none of the %d device(s) "
+                "is usable: %s\n", n, info[0].why_not);
+        skip();
+    }
+    struct vk_device *d = NULL;
+    struct kk_error err = {{0}};
+    if (vk_device_open(index, &d, &err))
+        fail_msg("vk_device_open(%d): %s", index, err.msg);
+    assert_non_null(d);
+    return d;
+}
+
+static struct vk_buffer new_buffer(struct vk_device *d, VkDeviceSize size,
+                                   enum vk_memory where)
+{
+    struct vk_buffer b;
+    struct kk_error err = {{0}};
+    if (vk_buffer_new(d, size, where, &b, &err))
+        fail_msg("vk_buffer_new(%llu): %s", (unsigned long long)size,
+                 err.msg);
+    return b;
+}
+
+/* Reproducible bytes that differ with seed and position. */
+static void fill_bytes(unsigned char *p, size_t n, uint64_t seed)
+{
+    uint64_t s = seed * 0x9e3779b97f4a7c15ull + 1;
+    for (size_t i = 0; i < n; i++) {
+        s = s * 6364136223846793005ull + 1442695040888963407ull;
+        p[i] = (unsigned char)(s >> 56);
+    }
+}
+
+static void upload(struct vk_device *d, struct vk_buffer *b,
+                   VkDeviceSize offset, const void *src, size_t n)
+{
+    struct kk_error err = {{0}};
+    if (vk_upload(d, b, offset, src, n, &err))
+        fail_msg("vk_upload: %s", err.msg);
+}
+
+static void download(struct vk_device *d, const struct vk_buffer *b,
+                     VkDeviceSize offset, void *dst, size_t n)
+{
+    struct kk_error err = {{0}};
+    if (vk_download(d, b, offset, dst, n, &err))
+        fail_msg("vk_download: %s", err.msg);
+}
+
+static void submit(struct vk_device *d)
+{
+    struct kk_error err = {{0}};
+    if (vk_submit_wait(d, &err))
+        fail_msg("vk_submit_wait: %s", err.msg);
+}
+
+static void begin(struct vk_device *d)
+{
+    struct kk_error err = {{0}};
+    if (vk_begin(d, &err))
+        fail_msg("vk_begin: %s", err.msg);
+}
+
+/* ---- devices ---- */
+
+static void test_devices_are_listed_with_a_name_and_type(void **state)
+{
+    struct kk_vk_device_info info[8];
+    int n = list_or_skip(info);
+    static const char *const names[] = {"other", "integrated", "discrete",
+                                        "virtual", "cpu"};
+    for (int i = 0; i < n && i < 8; i++) {
+        assert_true(strlen(info[i].name) > 0);
+        assert_in_range(info[i].type, KK_VK_OTHER, KK_VK_CPU);
+        assert_string_equal(info[i].type_name, names[info[i].type]);
+        assert_true(info[i].api_version >= VK_API_VERSION_1_0);
+        /* Usable exactly when nothing is missing. */
+        assert_int_equal(info[i].is_usable, info[i].why_not[0] == 0);
+        fprintf(stderr, "    device %d: %s (%s, Vulkan %u.%u, %.1f GiB, "
+                "%s)%s%s\n", i, info[i].name, info[i].type_name,
+                VK_API_VERSION_MAJOR(info[i].api_version),
+                VK_API_VERSION_MINOR(info[i].api_version),
+                info[i].memory_bytes / 1073741824.0, info[i].driver,
+                info[i].is_usable ? "" : " not usable: ", info[i].why_not);
+    }
+    /* Counting needs no room, and the public API says the same. */
+    struct kk_error err = {{0}};
+    assert_int_equal(vk_device_list(NULL, 0, &err), n);
+    struct kk_vk_device_info again[8];
+    assert_int_equal(kk_vulkan_devices(again, 8, &err), n);
+    assert_string_equal(again[0].name, info[0].name);
+}
+
+static void test_an_index_past_the_last_device_is_refused_with_a_message(
+    void **state)
+{
+    struct kk_vk_device_info info[8];
+    int n = list_or_skip(info);
+    struct vk_device *d = (struct vk_device *)&d;   /* must be reset */
+    struct kk_error err = {{0}};
+    assert_int_equal(vk_device_open(n, &d, &err), -1);
+    assert_null(d);
+    assert_non_null(strstr(err.msg, "kakeya info --devices"));
+    char count[32];
+    snprintf(count, sizeof count, "%d device", n);
+    assert_non_null(strstr(err.msg, count));
+}
+
+static void test_the_automatic_choice_never_takes_a_software_renderer(
+    void **state)
+{
+    struct kk_vk_device_info info[8];
+    int n = list_or_skip(info);
+    int gpu = -1;
+    for (int i = 0; i < n && i < 8 && gpu < 0; i++)
+        if (info[i].is_usable && info[i].type != KK_VK_CPU)
+            gpu = i;
+    struct vk_device *d = NULL;
+    struct kk_error err = {{0}};
+    int rc = vk_device_open(-1, &d, &err);
+    if (gpu >= 0) {
+        assert_int_equal(rc, 0);
+        assert_string_equal(vk_device_name(d), info[gpu].name);
+        vk_device_close(d);
+    } else {
+        /* Only a CPU renderer (lavapipe) or nothing usable: refused. */
+        assert_int_equal(rc, -1);
+        assert_null(d);
+        assert_non_null(strstr(err.msg, "--backend cpu"));
+        fprintf(stderr, "    vk_device_open(-1): %s\n", err.msg);
+    }
+}
+
+static void test_an_open_device_reports_its_name_and_limits(void **state)
+{
+    struct vk_device *d = open_or_skip();
+    assert_true(strlen(vk_device_name(d)) > 0);
+    assert_non_null(vk_device_handle(d));
+    assert_non_null(vk_device_fn(d)->vkCmdDispatch);
+    assert_non_null(vk_device_fn(d)->vkCmdPushDescriptorSetKHR);
+    /* The minimums every Vulkan device guarantees. */
+    assert_true(vk_device_max_groups_x(d) >= 65535);
+    assert_true(vk_device_max_buffer_range(d) >= (1u << 27));
+    fprintf(stderr, "    %s: maxComputeWorkGroupCount[0] %u, "
+            "maxStorageBufferRange %llu\n", vk_device_name(d),
+            vk_device_max_groups_x(d),
+            (unsigned long long)vk_device_max_buffer_range(d));
+    vk_device_close(d);
+}
+
+static void test_free_and_close_accept_null_and_zeroed_structs(void **state)
+{
+    vk_device_close(NULL);
+    struct vk_device *d = open_or_skip();
+    struct vk_buffer b = {0};
+    struct vk_pipeline p = {0};
+    vk_buffer_free(d, NULL);
+    vk_buffer_free(d, &b);
+    vk_pipeline_free(d, NULL);
+    vk_pipeline_free(d, &p);
+    /* Freed twice: the first free zeroes it. */
+    b = new_buffer(d, 100, VK_MEM_DEVICE);
+    vk_buffer_free(d, &b);
+    vk_buffer_free(d, &b);
+    vk_device_close(d);
+}
+
+/* ---- memory and transfers ---- */
+
+static void test_upload_then_download_returns_the_same_bytes(void **state)
+{
+    struct vk_device *d = open_or_skip();
+    /* Odd sizes at odd offsets, the largest over two staging chunks. */
+    const size_t sizes[] = {1, 3, 4097, 2 * STAGING_CHUNK + 12345};
+    for (size_t k = 0; k < sizeof sizes / sizeof *sizes; k++) {
+        size_t n = sizes[k];
+        VkDeviceSize offset = 7 + k;
+        struct vk_buffer b = new_buffer(d, offset + n + 3, VK_MEM_DEVICE);
+        unsigned char *src = malloc(n), *dst = malloc(n);
+        assert_non_null(src);
+        assert_non_null(dst);
+        fill_bytes(src, n, k + 1);
+        memset(dst, 0xee, n);
+        upload(d, &b, offset, src, n);
+        download(d, &b, offset, dst, n);
+        assert_memory_equal(src, dst, n);
+        free(src);
+        free(dst);
+        vk_buffer_free(d, &b);
+    }
+    vk_device_close(d);
+}
+
+static void test_a_transfer_past_the_end_is_refused_with_a_message(
+    void **state)
+{
+    struct vk_device *d = open_or_skip();
+    struct vk_buffer b = new_buffer(d, 100, VK_MEM_DEVICE);
+    unsigned char bytes[64] = {0};
+    struct kk_error err = {{0}};
+    assert_int_equal(vk_upload(d, &b, 50, bytes, 51, &err), -1);
+    assert_non_null(strstr(err.msg, "past the end"));
+    err.msg[0] = 0;
+    assert_int_equal(vk_download(d, &b, 101, bytes, 0, &err), -1);
+    assert_non_null(strstr(err.msg, "past the end"));
+    vk_buffer_free(d, &b);
+    vk_device_close(d);
+}
+
+static void test_many_small_buffers_share_blocks(void **state)
+{
+    enum { N = 3000 };
+    struct vk_device *d = open_or_skip();
+    struct vk_buffer *b = calloc(N, sizeof *b);
+    assert_non_null(b);
+    for (int i = 0; i < N; i++)
+        b[i] = new_buffer(d, 1 + (VkDeviceSize)(i * 37 % 9000),
+                          VK_MEM_DEVICE);
+    /* A few blocks hold them all (about 14 MiB here: one 256 MiB block),
+     * none overlapping another in the same memory. */
+    VkDeviceMemory mems[8];
+    int n_mems = 0;
+    for (int i = 0; i < N; i++) {
+        assert_true(b[i].block >= 0);
+        int m = 0;
+        while (m < n_mems && mems[m] != b[i].mem)
+            m++;
+        if (m == n_mems) {
+            assert_true(n_mems < 8);
+            mems[n_mems++] = b[i].mem;
+        }
+    }
+    assert_true(n_mems <= 2);
+    for (int i = 1; i < N; i++)
+        if (b[i].mem == b[i - 1].mem)   /* bump allocation: in order */
+            assert_true(b[i - 1].offset + b[i - 1].size <= b[i].offset);
+    /* And each keeps its own bytes. */
+    unsigned char want[9000], got[9000];
+    for (int i = 0; i < N; i += 97) {
+        fill_bytes(want, b[i].size, (uint64_t)i);
+        upload(d, &b[i], 0, want, b[i].size);
+    }
+    for (int i = 0; i < N; i += 97) {
+        fill_bytes(want, b[i].size, (uint64_t)i);
+        download(d, &b[i], 0, got, b[i].size);
+        assert_memory_equal(want, got, b[i].size);
+    }
+    for (int i = 0; i < N; i++)
+        vk_buffer_free(d, &b[i]);
+    /* The emptied block went back; a new buffer still gets memory. */
+    b[0] = new_buffer(d, 4096, VK_MEM_DEVICE);
+    vk_buffer_free(d, &b[0]);
+    free(b);
+    vk_device_close(d);
+}
+
+static void test_host_visible_buffers_are_mapped(void **state)
+{
+    struct vk_device *d = open_or_skip();
+    struct vk_buffer up = new_buffer(d, 1001, VK_MEM_UPLOAD);
+    struct vk_buffer dev = new_buffer(d, 1001, VK_MEM_DEVICE);
+    struct vk_buffer back = new_buffer(d, 1001, VK_MEM_READBACK);
+    assert_non_null(up.mapped);
+    assert_non_null(back.mapped);
+    unsigned char want[1001];
+    fill_bytes(want, sizeof want, 42);
+    memcpy(up.mapped, want, sizeof want);
+    memset(back.mapped, 0, sizeof want);
+    begin(d);
+    vk_copy(d, &up, 0, &dev, 0, sizeof want);
+    vk_copy(d, &dev, 0, &back, 0, sizeof want);
+    submit(d);
+    assert_memory_equal(back.mapped, want, sizeof want);
+    vk_buffer_free(d, &up);
+    vk_buffer_free(d, &dev);
+    vk_buffer_free(d, &back);
+    vk_device_close(d);
+}
+
+/* ---- recording ---- */
+
+static void test_a_recorded_copy_moves_bytes_at_unaligned_offsets(
+    void **state)
+{
+    struct vk_device *d = open_or_skip();
+    enum { SRC = 1001, DST = 2003, AT_SRC = 3, AT_DST = 5, N = 997 };
+    struct vk_buffer src = new_buffer(d, SRC, VK_MEM_DEVICE);
+    struct vk_buffer dst = new_buffer(d, DST, VK_MEM_DEVICE);
+    unsigned char s[SRC], before[DST], got[DST];
+    fill_bytes(s, SRC, 1);
+    fill_bytes(before, DST, 2);
+    upload(d, &src, 0, s, SRC);
+    upload(d, &dst, 0, before, DST);
+    begin(d);
+    vk_copy(d, &src, AT_SRC, &dst, AT_DST, N);
+    /* A second copy after the barrier reads what the first wrote. */
+    vk_copy(d, &dst, AT_DST, &dst, 1500, 400);
+    submit(d);
+    download(d, &dst, 0, got, DST);
+    unsigned char want[DST];
+    memcpy(want, before, DST);
+    memcpy(want + AT_DST, s + AT_SRC, N);
+    memcpy(want + 1500, s + AT_SRC, 400);
+    assert_memory_equal(got, want, DST);
+    vk_buffer_free(d, &src);
+    vk_buffer_free(d, &dst);
+    vk_device_close(d);
+}
+
+static void test_a_dispatch_binds_buffers_in_order_and_pushes_constants(
+    void **state)
+{
+    struct vk_device *d = open_or_skip();
+    struct vk_pipeline p;
+    struct kk_error err = {{0}};
+    if (vk_pipeline_new(d, axpb_spirv, sizeof axpb_spirv, 3,
+                        sizeof(struct push_axpb), &p, &err))
+        fail_msg("vk_pipeline_new: %s", err.msg);
+    enum { N = 1000 };
+    float a[N], b[N], y[N];
+    for (int i = 0; i < N; i++) {
+        a[i] = (float)i;
+        b[i] = (float)(10000 - i);
+    }
+    struct vk_buffer ba = new_buffer(d, sizeof a, VK_MEM_DEVICE);
+    struct vk_buffer bb = new_buffer(d, sizeof b, VK_MEM_DEVICE);
+    struct vk_buffer by = new_buffer(d, sizeof y, VK_MEM_DEVICE);
+    upload(d, &ba, 0, a, sizeof a);
+    upload(d, &bb, 0, b, sizeof b);
+    /* Two dispatches in one recording: the second reads the first's y. */
+    struct push_axpb first = {.n = N, .scale = 0.5f};
+    struct push_axpb second = {.n = N - 1, .scale = 2.0f};
+    const struct vk_buffer *bind1[] = {&ba, &bb, &by};
+    const struct vk_buffer *bind2[] = {&by, &bb, &ba};
+    begin(d);
+    vk_dispatch(d, &p, bind1, &first, (N + 63) / 64, 1, 1);
+    vk_dispatch(d, &p, bind2, &second, (N + 63) / 64, 1, 1);
+    submit(d);
+    download(d, &by, 0, y, sizeof y);
+    download(d, &ba, 0, a, sizeof a);
+    for (int i = 0; i < N; i++) {
+        float y1 = (float)i * 0.5f + (float)(10000 - i);   /* exact */
+        assert_true(y[i] == y1);
+        float a2 = i < N - 1 ? y1 * 2.0f + (float)(10000 - i) : (float)i;
+        assert_true(a[i] == a2);
+    }
+    vk_buffer_free(d, &ba);
+    vk_buffer_free(d, &bb);
+    vk_buffer_free(d, &by);
+    vk_pipeline_free(d, &p);
+    vk_device_close(d);
+}
+
+static void test_bytes_that_are_not_spirv_are_refused_with_a_message(
+    void **state)
+{
+    struct vk_device *d = open_or_skip();
+    static const uint32_t junk[8] = {0xdeadbeef, 1, 2, 3, 4, 5, 6, 7};
+    struct vk_pipeline p;
+    struct kk_error err = {{0}};
+    assert_int_equal(vk_pipeline_new(d, junk, sizeof junk, 1, 0, &p, &err),
+                     -1);
+    assert_non_null(strstr(err.msg, "SPIR-V"));
+    assert_null(p.pipe);
+    vk_pipeline_free(d, &p);
+    err.msg[0] = 0;
+    assert_int_equal(vk_pipeline_new(d, axpb_spirv, sizeof axpb_spirv, 3,
+                                     130, &p, &err), -1);
+    assert_true(strlen(err.msg) > 0);
+    vk_device_close(d);
+}
+
+static void test_a_recording_mistake_is_reported_by_submit_wait(void **state)
+{
+    struct vk_device *d = open_or_skip();
+    struct vk_buffer a = new_buffer(d, 100, VK_MEM_DEVICE);
+    struct vk_buffer b = new_buffer(d, 100, VK_MEM_DEVICE);
+    struct kk_error err = {{0}};
+    begin(d);
+    vk_copy(d, &a, 0, &b, 50, 60);          /* past b's end */
+    vk_copy(d, &a, 0, &b, 0, 10);           /* fine, but after a mistake */
+    assert_int_equal(vk_submit_wait(d, &err), -1);
+    assert_non_null(strstr(err.msg, "past an end"));
+    /* Uploads are refused while recording. */
+    begin(d);
+    err.msg[0] = 0;
+    unsigned char x[4] = {1, 2, 3, 4};
+    assert_int_equal(vk_upload(d, &a, 0, x, 4, &err), -1);
+    assert_non_null(strstr(err.msg, "recorded"));
+    /* The device goes on working afterwards. */
+    vk_copy(d, &a, 0, &b, 0, 4);
+    submit(d);
+    upload(d, &a, 0, x, 4);
+    begin(d);
+    vk_copy(d, &a, 0, &b, 96, 4);
+    submit(d);
+    unsigned char got[4];
+    download(d, &b, 96, got, 4);
+    assert_memory_equal(got, x, 4);
+    /* vk_submit_wait with nothing begun fails instead of submitting. */
+    err.msg[0] = 0;
+    assert_int_equal(vk_submit_wait(d, &err), -1);
+    assert_true(strlen(err.msg) > 0);
+    vk_buffer_free(d, &a);
+    vk_buffer_free(d, &b);
+    vk_device_close(d);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_devices_are_listed_with_a_name_and_type),
+        cmocka_unit_test(
+            test_an_index_past_the_last_device_is_refused_with_a_message),
+        cmocka_unit_test(
+            test_the_automatic_choice_never_takes_a_software_renderer),
+        cmocka_unit_test(test_an_open_device_reports_its_name_and_limits),
+        cmocka_unit_test(test_free_and_close_accept_null_and_zeroed_structs),
+        cmocka_unit_test(test_upload_then_download_returns_the_same_bytes),
+        cmocka_unit_test(
+            test_a_transfer_past_the_end_is_refused_with_a_message),
+        cmocka_unit_test(test_many_small_buffers_share_blocks),
+        cmocka_unit_test(test_host_visible_buffers_are_mapped),
+        cmocka_unit_test(
+            test_a_recorded_copy_moves_bytes_at_unaligned_offsets),
+        cmocka_unit_test(
+            test_a_dispatch_binds_buffers_in_order_and_pushes_constants),
+        cmocka_unit_test(
+            test_bytes_that_are_not_spirv_are_refused_with_a_message),
+        cmocka_unit_test(test_a_recording_mistake_is_reported_by_submit_wait),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

@@ -1,0 +1,1020 @@
+/* test_vk_ops.c — every compute shader of the Vulkan backend agrees with
+ * the CPU on random data.
+ *
+ * Runs each shader of vk_shaders.h on Vulkan device 0 (Mesa's lavapipe
+ * here, a GPU elsewhere) through the device layer of vk_device.h, and
+ * compares with a CPU reference written from engine/cpu/backend_cpu.c and
+ * engine/kv.c: matmul for every weight type within 1e-4 of the sum of
+ * |terms| (batches of 1, 3, 16, 17 tokens, odd row counts, rows that do
+ * not start on a word); rmsnorm, rope, add and gated_act within 1e-5
+ * relative (GELU may move its final f16 rounding by one half-ulp on rare
+ * inputs); kv_store byte for byte against kv.c's staged rows, and its f16
+ * rounding at every half's midpoint; attention over full, masked, ring and
+ * sink+window caches within 1e-4. Without a
+ * Vulkan device every test prints "SKIP (no Vulkan device): <why>" and
+ * skips. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <math.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "dtype.h"
+#include "kv.h"
+#include "quant.h"
+#include "vk_device.h"
+#include "vk_shaders.h"
+
+/* ---- the device, pipelines and buffers ---- */
+
+static struct vk_device *dev;
+static char no_device[600];
+
+struct cached_pipeline {
+    char name[64];
+    struct vk_pipeline pipe;
+};
+static struct cached_pipeline pipes[48];
+static int n_pipes;
+
+static int open_device(void **state)
+{
+    (void)state;
+    struct kk_error err = {{0}};
+    if (vk_device_open(0, &dev, &err)) {
+        snprintf(no_device, sizeof no_device, "%s", err.msg);
+        dev = NULL;
+    }
+    return 0;
+}
+
+static int close_device(void **state)
+{
+    (void)state;
+    for (int i = 0; i < n_pipes; i++)
+        vk_pipeline_free(dev, &pipes[i].pipe);
+    n_pipes = 0;
+    vk_device_close(dev);
+    dev = NULL;
+    return 0;
+}
+
+#define REQUIRE_DEVICE()                                                     \
+    do {                                                                     \
+        if (!dev) {                                                          \
+            fprintf(stderr, "SKIP (no Vulkan device): %s\n", no_device);     \
+            skip();                                                          \
+        }                                                                    \
+    } while (0)
+
+/* The pipeline of shader `name`, made once per test run. */
+static const struct vk_pipeline *pipeline(const char *name, int n_buffers,
+                                          uint32_t push_bytes)
+{
+    for (int i = 0; i < n_pipes; i++)
+        if (strcmp(pipes[i].name, name) == 0)
+            return &pipes[i].pipe;
+    const struct vk_spirv *sh = vk_shader_find(name);
+    if (!sh)
+        fail_msg("no embedded shader named %s", name);
+    assert_true(n_pipes < (int)(sizeof pipes / sizeof pipes[0]));
+    struct kk_error err = {{0}};
+    struct cached_pipeline *c = &pipes[n_pipes];
+    if (vk_pipeline_new(dev, sh->code, sh->bytes, n_buffers, push_bytes,
+                        &c->pipe, &err))
+        fail_msg("%s: %s", name, err.msg);
+    snprintf(c->name, sizeof c->name, "%s", name);
+    n_pipes++;
+    return &c->pipe;
+}
+
+/* A device buffer of `bytes` holding data (zeros when data is NULL). */
+static struct vk_buffer buffer_with(const void *data, size_t bytes)
+{
+    struct vk_buffer b;
+    struct kk_error err = {{0}};
+    if (vk_buffer_new(dev, bytes, VK_MEM_DEVICE, &b, &err))
+        fail_msg("%s", err.msg);
+    void *zeros = NULL;
+    if (!data)
+        data = zeros = calloc(1, bytes);
+    if (vk_upload(dev, &b, 0, data, bytes, &err))
+        fail_msg("%s", err.msg);
+    free(zeros);
+    return b;
+}
+
+static void download(const struct vk_buffer *b, void *out, size_t bytes)
+{
+    struct kk_error err = {{0}};
+    if (vk_download(dev, b, 0, out, bytes, &err))
+        fail_msg("%s", err.msg);
+}
+
+/* Records one dispatch of shader `name` and waits for it. */
+static void run(const char *name, int n_buffers,
+                const struct vk_buffer *const *bufs, const void *push,
+                uint32_t push_bytes, uint32_t gx, uint32_t gy, uint32_t gz)
+{
+    const struct vk_pipeline *p = pipeline(name, n_buffers, push_bytes);
+    struct kk_error err = {{0}};
+    if (vk_begin(dev, &err))
+        fail_msg("%s", err.msg);
+    vk_dispatch(dev, p, bufs, push, gx, gy, gz);
+    if (vk_submit_wait(dev, &err))
+        fail_msg("%s: %s", name, err.msg);
+}
+
+static uint32_t ceil_div(uint64_t a, uint64_t b)
+{
+    return (uint32_t)((a + b - 1) / b);
+}
+
+/* ---- random data ---- */
+
+/* xorshift: deterministic test data without global state */
+static uint32_t next_random(uint64_t *s)
+{
+    *s ^= *s << 13;
+    *s ^= *s >> 7;
+    *s ^= *s << 17;
+    return (uint32_t)(*s >> 16);
+}
+
+/* Uniform in [lo, hi). */
+static float uniform(uint64_t *s, float lo, float hi)
+{
+    return lo + (hi - lo) * (float)(next_random(s) >> 8) * 0x1p-24f;
+}
+
+static float *random_floats(size_t n, float lo, float hi, uint64_t *s)
+{
+    float *v = malloc(n * sizeof *v);
+    for (size_t i = 0; i < n; i++)
+        v[i] = uniform(s, lo, hi);
+    return v;
+}
+
+static void put_fp16(uint8_t *p, float f)
+{
+    uint16_t h = f32_to_fp16(f);
+    p[0] = (uint8_t)h;
+    p[1] = (uint8_t)(h >> 8);
+}
+
+/* n_rows weight rows of `type`: quantized from random floats where
+ * quant.c can quantize the type, else random blocks with sane scales. */
+static uint8_t *random_rows(uint32_t type, int n_cols, int n_rows,
+                            size_t row_bytes, uint64_t *s)
+{
+    uint8_t *w = malloc(row_bytes * (size_t)n_rows);
+    float *src = malloc((size_t)n_cols * sizeof *src);
+    for (int r = 0; r < n_rows; r++) {
+        uint8_t *row = w + (size_t)r * row_bytes;
+        for (size_t i = 0; i < row_bytes; i++)
+            row[i] = (uint8_t)next_random(s);
+        switch (type) {
+        case KK_Q5_0:
+            for (int b = 0; b < n_cols / 32; b++)
+                put_fp16(row + 22 * b, uniform(s, -0.05f, 0.05f));
+            break;
+        case KK_Q4_K:
+            for (int b = 0; b < n_cols / 256; b++) {
+                put_fp16(row + 144 * b, uniform(s, 0.0f, 0.01f));
+                put_fp16(row + 144 * b + 2, uniform(s, 0.0f, 0.01f));
+            }
+            break;
+        case KK_Q6_K:
+            for (int b = 0; b < n_cols / 256; b++)
+                put_fp16(row + 210 * b + 208, uniform(s, -0.01f, 0.01f));
+            break;
+        default:
+            for (int i = 0; i < n_cols; i++)
+                src[i] = uniform(s, -1.0f, 1.0f);
+            assert_int_equal(quantize_row(type, src, row, n_cols), 0);
+        }
+    }
+    free(src);
+    return w;
+}
+
+/* ---- matmul ---- */
+
+static void check_matmul(uint32_t type, const char *shader, int n_cols,
+                         int n_rows, int n_tokens, uint64_t seed)
+{
+    /* matmul_rows_<t> gives each invocation a row; matmul_<t> a workgroup
+     * two. Odd seeds spread the row groups over z, as the backend does past
+     * the device's grid width. */
+    uint32_t per = strstr(shader, "_rows_") ? MM_ROWWISE_ROWS : MM_ROWS;
+    uint32_t groups = ceil_div(n_rows, per), gz = (seed & 1) ? 2 : 1;
+    const size_t row_bytes = dtype_row_bytes(type, (uint64_t)n_cols);
+    assert_true(row_bytes > 0);
+    uint64_t s = seed;
+    uint8_t *w = random_rows(type, n_cols, n_rows, row_bytes, &s);
+    float *x = random_floats((size_t)n_tokens * n_cols, -1.0f, 1.0f, &s);
+    float *y = malloc((size_t)n_tokens * n_rows * sizeof *y);
+    float *row = malloc((size_t)n_cols * sizeof *row);
+
+    struct vk_buffer bw = buffer_with(w, row_bytes * (size_t)n_rows);
+    struct vk_buffer bx = buffer_with(x, (size_t)n_tokens * n_cols * 4);
+    struct vk_buffer by = buffer_with(NULL, (size_t)n_tokens * n_rows * 4);
+    const struct vk_buffer *bufs[] = {&bw, &bx, &by};
+    struct vk_push_matmul push = {(uint32_t)n_cols, (uint32_t)n_rows,
+                                  (uint32_t)n_tokens, (uint32_t)row_bytes};
+    run(shader, 3, bufs, &push, sizeof push, ceil_div(groups, gz),
+        ceil_div(n_tokens, MM_TOKENS), gz);
+    download(&by, y, (size_t)n_tokens * n_rows * 4);
+
+    for (int r = 0; r < n_rows; r++) {
+        dequantize_row(type, w + (size_t)r * row_bytes, row, n_cols);
+        for (int t = 0; t < n_tokens; t++) {
+            double ref = 0, mag = 0;
+            for (int c = 0; c < n_cols; c++) {
+                double term = (double)row[c] * x[(size_t)t * n_cols + c];
+                ref += term;
+                mag += fabs(term);
+            }
+            double got = y[(size_t)t * n_rows + r];
+            if (!(fabs(got - ref) <= 1e-4 * mag + 1e-20))
+                fail_msg("%s %d cols x %d rows, %d tokens: y[%d][%d] = %.9g, "
+                         "want %.9g (sum |terms| %.6g)", shader, n_cols,
+                         n_rows, n_tokens, t, r, got, ref, mag);
+        }
+    }
+    vk_buffer_free(dev, &bw);
+    vk_buffer_free(dev, &bx);
+    vk_buffer_free(dev, &by);
+    free(w);
+    free(x);
+    free(y);
+    free(row);
+}
+
+/* Batches of 1, 3, 16 (MM_TOKENS) and 17 tokens; odd row counts (the
+ * last workgroup has one row); a short row (fewer groups of values than
+ * threads) and a long one (more). */
+static void check_matmul_variant(uint32_t type, const char *shader,
+                                 int short_cols, int long_cols)
+{
+    static const int shapes[][2] = {{5, 1}, {5, 3}, {7, 16}, {3, 17}, {1, 2}};
+    uint64_t seed = 0x9e3779b97f4a7c15ull ^ type;
+    for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++)
+        check_matmul(type, shader, short_cols, shapes[i][0], shapes[i][1],
+                     seed + i);
+    check_matmul(type, shader, long_cols, 3, 17, seed + 99);
+    check_matmul(type, shader, long_cols, 2, 1, seed + 98);
+    if (dtype_info(type)->block_elems == 1) {
+        /* widths that are a multiple of 4 (x read as vec4s) but not of 8
+         * (a partial last group), and of 8 */
+        check_matmul(type, shader, 100, 3, 17, seed + 97);
+        check_matmul(type, shader, 4096, 3, 5, seed + 96);
+    }
+    check_matmul(type, shader, short_cols, 130, 2, seed + 95);
+}
+
+/* Both forms of the shader: matmul_<t> (GPUs) and matmul_rows_<t>. */
+static void check_matmul_shapes(uint32_t type, const char *shader,
+                                int short_cols, int long_cols)
+{
+    char rows[64];
+    snprintf(rows, sizeof rows, "matmul_rows_%s", shader + strlen("matmul_"));
+    check_matmul_variant(type, shader, short_cols, long_cols);
+    check_matmul_variant(type, rows, short_cols, long_cols);
+}
+
+/* f32/f16/bf16: 77 and 4165 columns leave a partial last group, and f16
+ * rows of 154 bytes start every other one mid-word. */
+static void test_matmul_f32_matches_dequantized_rows(void **state)
+{
+    (void)state;
+    REQUIRE_DEVICE();
+    check_matmul_shapes(KK_F32, "matmul_f32", 77, 4165);
+}
+
+static void test_matmul_f16_matches_dequantized_rows(void **state)
+{
+    (void)state;
+    REQUIRE_DEVICE();
+    check_matmul_shapes(KK_F16, "matmul_f16", 77, 4165);
+}
+
+static void test_matmul_bf16_matches_dequantized_rows(void **state)
+{
+    (void)state;
+    REQUIRE_DEVICE();
+    check_matmul_shapes(KK_BF16, "matmul_bf16", 77, 4165);
+}
+
+/* 3 and 131 blocks per row: rows of 102 and 4454 bytes, not word aligned. */
+static void test_matmul_q8_0_matches_dequantized_rows(void **state)
+{
+    (void)state;
+    REQUIRE_DEVICE();
+    check_matmul_shapes(KK_Q8_0, "matmul_q8_0", 96, 32 * 131);
+}
+
+static void test_matmul_q4_0_matches_dequantized_rows(void **state)
+{
+    (void)state;
+    REQUIRE_DEVICE();
+    check_matmul_shapes(KK_Q4_0, "matmul_q4_0", 96, 32 * 131);
+}
+
+static void test_matmul_q5_0_matches_dequantized_rows(void **state)
+{
+    (void)state;
+    REQUIRE_DEVICE();
+    check_matmul_shapes(KK_Q5_0, "matmul_q5_0", 96, 32 * 131);
+}
+
+static void test_matmul_q4_k_matches_dequantized_rows(void **state)
+{
+    (void)state;
+    REQUIRE_DEVICE();
+    check_matmul_shapes(KK_Q4_K, "matmul_q4_k", 768, 256 * 33);
+}
+
+/* 210-byte super-blocks: odd rows start mid-word. */
+static void test_matmul_q6_k_matches_dequantized_rows(void **state)
+{
+    (void)state;
+    REQUIRE_DEVICE();
+    check_matmul_shapes(KK_Q6_K, "matmul_q6_k", 768, 256 * 33);
+}
+
+/* ---- rmsnorm ---- */
+
+static void check_rmsnorm(int dim, int n_groups, bool in_place, uint64_t seed)
+{
+    uint64_t s = seed;
+    const size_t n = (size_t)dim * n_groups;
+    float *x = random_floats(n, -2.0f, 2.0f, &s);
+    float *wt = random_floats((size_t)dim, 0.5f, 1.5f, &s);
+    float *y = malloc(n * sizeof *y);
+    const float eps = 1e-6f;
+
+    struct vk_buffer bx = buffer_with(x, n * 4);
+    struct vk_buffer by = in_place ? bx : buffer_with(NULL, n * 4);
+    struct vk_buffer bw = buffer_with(wt, (size_t)dim * 4);
+    const struct vk_buffer *bufs[] = {&bx, &by, &bw};
+    struct vk_push_rmsnorm push = {(uint32_t)dim, (uint32_t)n_groups, eps};
+    run("rmsnorm", 3, bufs, &push, sizeof push, (uint32_t)n_groups, 1, 1);
+    download(&by, y, n * 4);
+
+    /* backend_cpu.c's be_rmsnorm */
+    for (int g = 0; g < n_groups; g++) {
+        const float *xr = x + (size_t)g * dim;
+        double sum = 0.0;
+        for (int i = 0; i < dim; i++)
+            sum += (double)xr[i] * xr[i];
+        float scale = 1.0f / sqrtf((float)(sum / dim) + eps);
+        for (int i = 0; i < dim; i++) {
+            float want = xr[i] * scale * wt[i];
+            float got = y[(size_t)g * dim + i];
+            if (!(fabsf(got - want) <= 1e-5f * fabsf(want) + 1e-30f))
+                fail_msg("rmsnorm dim %d group %d [%d]: %.9g, want %.9g", dim,
+                         g, i, got, want);
+        }
+    }
+    vk_buffer_free(dev, &bx);
+    if (!in_place)
+        vk_buffer_free(dev, &by);
+    vk_buffer_free(dev, &bw);
+    free(x);
+    free(wt);
+    free(y);
+}
+
+static void test_rmsnorm_matches_cpu_in_place_and_not(void **state)
+{
+    (void)state;
+    REQUIRE_DEVICE();
+    check_rmsnorm(300, 3, false, 1);
+    check_rmsnorm(300, 3, true, 2);
+    check_rmsnorm(4096, 2, true, 3);
+    check_rmsnorm(7, 5, false, 4);
+}
+
+/* ---- rope ---- */
+
+static void check_rope(int style, int n_rot)
+{
+    const int n_rows = 3, n_heads = 4, head_dim = 64;
+    const int32_t pos[] = {5, 6, 1000};
+    const float base = 10000.0f;
+    uint64_t s = 77 + (uint64_t)style;
+    const size_t n = (size_t)n_rows * n_heads * head_dim;
+    float *x = random_floats(n, -1.0f, 1.0f, &s);
+    float *want = malloc(n * sizeof *want);
+    float *got = malloc(n * sizeof *got);
+    float *cs = malloc((size_t)n_rows * n_rot * sizeof *cs);
+    memcpy(want, x, n * sizeof *x);
+
+    /* The angles as be_rope advances them, and the rotation. */
+    const float theta_scale = powf(base, -2.0f / (float)n_rot);
+    for (int t = 0; t < n_rows; t++) {
+        float theta = (float)pos[t];
+        for (int i = 0; i < n_rot / 2; i++) {
+            cs[(t * (n_rot / 2) + i) * 2] = cosf(theta);
+            cs[(t * (n_rot / 2) + i) * 2 + 1] = sinf(theta);
+            theta *= theta_scale;
+        }
+    }
+    double mag[64 * 4 * 3] = {0};
+    for (int t = 0; t < n_rows; t++)
+        for (int h = 0; h < n_heads; h++) {
+            float *v = want + ((size_t)t * n_heads + h) * head_dim;
+            for (int i = 0; i < n_rot / 2; i++) {
+                float c = cs[(t * (n_rot / 2) + i) * 2];
+                float sn = cs[(t * (n_rot / 2) + i) * 2 + 1];
+                int a = style == 0 ? 2 * i : i;
+                int b = style == 0 ? 2 * i + 1 : i + n_rot / 2;
+                float x0 = v[a], x1 = v[b];
+                v[a] = x0 * c - x1 * sn;
+                v[b] = x0 * sn + x1 * c;
+                size_t base_i = ((size_t)t * n_heads + h) * head_dim;
+                mag[base_i + a] = fabs(x0 * c) + fabs(x1 * sn);
+                mag[base_i + b] = fabs(x0 * sn) + fabs(x1 * c);
+            }
+        }
+
+    struct vk_buffer bx = buffer_with(x, n * 4);
+    struct vk_buffer bc = buffer_with(cs, (size_t)n_rows * n_rot * 4);
+    const struct vk_buffer *bufs[] = {&bx, &bc};
+    struct vk_push_rope push = {(uint32_t)n_rows, (uint32_t)n_heads,
+                                (uint32_t)head_dim, (uint32_t)n_rot,
+                                (uint32_t)style};
+    run("rope", 2, bufs, &push, sizeof push,
+        ceil_div((uint64_t)n_rows * n_heads * (n_rot / 2), 64), 1, 1);
+    download(&bx, got, n * 4);
+    for (size_t i = 0; i < n; i++) {
+        /* rotated dims within 1e-5 of their terms; the rest untouched */
+        bool ok = mag[i] > 0 ? fabs(got[i] - want[i]) <= 1e-5 * mag[i] + 1e-30
+                             : memcmp(&got[i], &want[i], 4) == 0;
+        if (!ok)
+            fail_msg("rope style %d n_rot %d [%zu]: %.9g, want %.9g", style,
+                     n_rot, i, got[i], want[i]);
+    }
+    vk_buffer_free(dev, &bx);
+    vk_buffer_free(dev, &bc);
+    free(x);
+    free(want);
+    free(got);
+    free(cs);
+}
+
+static void test_rope_norm_and_neox_match_cpu_and_leave_unrotated_dims(
+    void **state)
+{
+    (void)state;
+    REQUIRE_DEVICE();
+    check_rope(0, 64);
+    check_rope(1, 64);
+    check_rope(0, 32);
+    check_rope(1, 32);
+}
+
+/* ---- add ---- */
+
+static void check_add(uint32_t count, uint32_t width, uint32_t groups)
+{
+    uint64_t s = count * 31u + width;
+    const size_t ny = width ? width : count;
+    float *x = random_floats(count, -1.0f, 1.0f, &s);
+    float *y = random_floats(ny, -1.0f, 1.0f, &s);
+    float *got = malloc((size_t)count * sizeof *got);
+    struct vk_buffer bx = buffer_with(x, (size_t)count * 4);
+    struct vk_buffer by = buffer_with(y, ny * 4);
+    const struct vk_buffer *bufs[] = {&bx, &by};
+    struct vk_push_add push = {count, width};
+    run("add", 2, bufs, &push, sizeof push, groups, 1, 1);
+    download(&bx, got, (size_t)count * 4);
+    for (uint32_t i = 0; i < count; i++) {
+        float want = x[i] + y[width ? i % width : i];
+        if (!(fabsf(got[i] - want) <= 1e-5f * fabsf(want) + 1e-30f))
+            fail_msg("add count %u width %u [%u]: %.9g, want %.9g", count,
+                     width, i, got[i], want);
+    }
+    vk_buffer_free(dev, &bx);
+    vk_buffer_free(dev, &by);
+    free(x);
+    free(y);
+    free(got);
+}
+
+static void test_add_elementwise_broadcast_and_grid_stride(void **state)
+{
+    (void)state;
+    REQUIRE_DEVICE();
+    check_add(1000, 0, ceil_div(1000, 256));
+    check_add(1000, 40, ceil_div(1000, 256));
+    check_add(1, 0, 1);
+    /* fewer groups than the count needs: the grid-stride loop covers it */
+    check_add(70001, 0, 3);
+    check_add(70001, 333, 5);
+}
+
+/* ---- gated_act ---- */
+
+static float gelu_tanh(float x)
+{
+    const float sqrt_2_over_pi = 0.79788456080286535587989211986876f;
+    return 0.5f * x * (1.0f + tanhf(sqrt_2_over_pi * x *
+                                    (1.0f + 0.044715f * x * x)));
+}
+
+/* backend_cpu.c's be_gated_act for one value. */
+static float gated_ref(float g, float up, bool use_gelu)
+{
+    float a;
+    if (!use_gelu) {
+        a = g / (1.0f + expf(-g));
+    } else if (g <= -10.0f) {
+        a = 0.0f;
+    } else if (g >= 10.0f) {
+        a = g;
+    } else {
+        float gh = fp16_to_f32(f32_to_fp16(g));
+        a = fp16_to_f32(f32_to_fp16(gelu_tanh(gh)));
+    }
+    return a * up;
+}
+
+/* Runs gated_act over gate/up (count values); returns how many results
+ * differ from the CPU's by more than 1e-5 relative, failing on any that
+ * differs by more than `slack` relative. GELU's 1 + tanh(z) cancels for
+ * g well below 0, where one ulp of tanh (the GPU's is not libm's) is a
+ * large part of the result: there the error is measured against the
+ * terms, |g up|, as matmul's is. */
+static int check_gated(const float *gate, const float *up, uint32_t count,
+                       bool use_gelu, double slack)
+{
+    float *got = malloc((size_t)count * sizeof *got);
+    struct vk_buffer bg = buffer_with(gate, (size_t)count * 4);
+    struct vk_buffer bu = buffer_with(up, (size_t)count * 4);
+    const struct vk_buffer *bufs[] = {&bg, &bu};
+    struct vk_push_gated_act push = {count, use_gelu};
+    uint32_t groups = ceil_div(count, 256);
+    run("gated_act", 2, bufs, &push, sizeof push,
+        groups < ELEMWISE_MAX_GROUPS ? groups : ELEMWISE_MAX_GROUPS, 1, 1);
+    download(&bg, got, (size_t)count * 4);
+    int loose = 0;
+    for (uint32_t i = 0; i < count; i++) {
+        double want = gated_ref(gate[i], up[i], use_gelu);
+        double diff = fabs(got[i] - want);
+        double terms = use_gelu ? 1e-6 * fabs((double)gate[i] * up[i]) : 0;
+        if (diff <= 1e-5 * fabs(want) + terms + 1e-30)
+            continue;
+        loose++;
+        if (!(diff <= slack * fabs(want) + terms + 0x1p-24 * fabs(up[i])))
+            fail_msg("gated_act %s: g %.9g up %.9g -> %.9g, want %.9g",
+                     use_gelu ? "gelu" : "silu", gate[i], up[i], got[i],
+                     want);
+    }
+    vk_buffer_free(dev, &bg);
+    vk_buffer_free(dev, &bu);
+    free(got);
+    return loose;
+}
+
+static void test_gated_act_silu_matches_cpu(void **state)
+{
+    (void)state;
+    REQUIRE_DEVICE();
+    uint64_t s = 5;
+    const uint32_t n = 5000;
+    float *g = random_floats(n, -12.0f, 12.0f, &s);
+    float *u = random_floats(n, -2.0f, 2.0f, &s);
+    g[0] = 0.0f;
+    g[1] = -0.0f;
+    g[2] = -88.0f;
+    g[3] = 88.0f;
+    assert_int_equal(check_gated(g, u, n, false, 1e-5), 0);
+    free(g);
+    free(u);
+}
+
+/* Every half in [-10, 10] (GELU's table domain) and the clamps around it:
+ * the f16 roundings are the CPU's except, at most, where the two tanh
+ * implementations straddle a rounding boundary (one half-ulp apart). */
+static void test_gated_act_gelu_rounds_through_f16_like_ggml(void **state)
+{
+    (void)state;
+    REQUIRE_DEVICE();
+    float *g = malloc(70000 * sizeof *g), *u = malloc(70000 * sizeof *u);
+    uint32_t n = 0;
+    for (uint32_t h = 0; h < 65536; h++) {
+        float v = fp16_to_f32((uint16_t)h);
+        if (v >= -10.0f && v <= 10.0f)
+            g[n++] = v;
+    }
+    const float extra[] = {-10.5f, 10.5f, -1e6f, 1e6f, 9.9999f, -9.9999f,
+                           0.3333333f, -2.7182817f, 1e-8f, -1e-8f};
+    for (size_t i = 0; i < sizeof extra / sizeof extra[0]; i++)
+        g[n++] = extra[i];
+    uint64_t s = 11;
+    for (uint32_t i = 0; i < n; i++)
+        u[i] = uniform(&s, 0.5f, 2.0f);
+    int loose = check_gated(g, u, n, true, 0x1p-10);
+    fprintf(stderr, "gelu: %d of %u values one f16 rounding away from the "
+            "CPU's\n", loose, n);
+    assert_true(loose <= (int)(n / 1000));
+    free(g);
+    free(u);
+}
+
+/* ---- kv_store ---- */
+
+static struct kv_cache *new_cache(enum kv_type type, int n_head_kv,
+                                  int head_dim, int n_ctx, int max_batch,
+                                  const int *sliding, int sink_window,
+                                  int n_sink)
+{
+    struct kv_config cfg = {
+        .n_layer = 1, .n_ctx = n_ctx, .n_head_kv = n_head_kv,
+        .head_dim = head_dim, .type = type, .max_batch = max_batch,
+        .sliding_window = sliding, .sink_window = sink_window,
+        .n_sink = n_sink,
+    };
+    struct kv_cache *kv;
+    struct kk_error err = {{0}};
+    if (kv_new(&cfg, &kv, &err))
+        fail_msg("%s", err.msg);
+    return kv;
+}
+
+/* Keys with blocks of very different magnitudes, an all-zero block, a
+ * block of exact .5 ties for q8_0 (amax 127: d = 1), and, for f16 and f32,
+ * values at the edges of half precision. */
+static float *kv_input(enum kv_type type, int n_rows, int kv_dim, int block,
+                       uint64_t *s)
+{
+    float *x = malloc((size_t)n_rows * kv_dim * sizeof *x);
+    for (int r = 0; r < n_rows; r++)
+        for (int i = 0; i < kv_dim; i++) {
+            float mag = powf(10.0f, (float)((r * 7 + i / block) % 9) - 4);
+            x[(size_t)r * kv_dim + i] = mag * uniform(s, -1.0f, 1.0f);
+        }
+    if (n_rows > 1)
+        memset(x + kv_dim, 0, (size_t)block * sizeof *x);
+    if (n_rows > 2) {
+        float *b = x + 2 * (size_t)kv_dim;
+        for (int i = 0; i < block; i++)
+            b[i] = (float)(i % 64 - 32) + 0.5f;
+        b[block - 1] = -127.0f;
+    }
+    if (type != KV_Q8_0 && kv_dim >= 16) {
+        const float edge[] = {1e-6f, 65504.0f, 65520.0f, 70000.0f, -0.0f,
+                              1.0f + 0x1p-11f, 1.0f + 0x3p-11f, 0x1p-25f,
+                              0x3p-25f, 1e-40f, -0x1.ffep-15f, NAN,
+                              -INFINITY, 0x1.0p-24f, 0x1.8p-24f, 2.0f};
+        memcpy(x, edge, sizeof edge);
+    }
+    return x;
+}
+
+static void check_kv_store(enum kv_type type, int n_head_kv, int head_dim,
+                           int n_rows)
+{
+    struct kv_cache *kv = new_cache(type, n_head_kv, head_dim, 32, 8, NULL,
+                                    0, 0);
+    uint64_t s = 1234 + (uint64_t)type * 7 + (uint64_t)head_dim;
+    float *k = kv_input(type, n_rows, kv->kv_dim, kv->block, &s);
+    kv_stage(kv, 0, 0, n_rows, k, k);
+
+    const size_t total = (size_t)n_rows * kv->row_bytes;
+    const size_t room = (total + 3) / 4 * 4 + 8;
+    uint8_t *dst = malloc(room);
+    memset(dst, 0xa5, room);
+    struct vk_buffer bs = buffer_with(k, (size_t)n_rows * kv->kv_dim * 4);
+    struct vk_buffer bd = buffer_with(dst, room);
+    const struct vk_buffer *bufs[] = {&bs, &bd};
+    struct vk_push_kv_store push = {(uint32_t)n_rows, (uint32_t)kv->kv_dim,
+                                    (uint32_t)type, (uint32_t)kv->block,
+                                    (uint32_t)kv->row_bytes};
+    run("kv_store", 2, bufs, &push, sizeof push,
+        ceil_div(ceil_div(total, 4), 64), 1, 1);
+    download(&bd, dst, room);
+    for (size_t i = 0; i < total; i++)
+        if (dst[i] != kv->stage_k[i])
+            fail_msg("kv_store %s, %d x %d, row %zu byte %zu: 0x%02x, want "
+                     "0x%02x", kv_type_name(type), n_head_kv, head_dim,
+                     i / kv->row_bytes, i % kv->row_bytes, dst[i],
+                     kv->stage_k[i]);
+    for (size_t i = total; i < room; i++)
+        if (dst[i] != 0xa5)
+            fail_msg("kv_store %s: byte %zu past the rows was overwritten",
+                     kv_type_name(type), i);
+    vk_buffer_free(dev, &bs);
+    vk_buffer_free(dev, &bd);
+    free(k);
+    free(dst);
+    kv_free(kv);
+}
+
+/* Byte for byte kv.c's rows, for rows that start mid-word (q8_0 rows of
+ * 102, 82 and 105 bytes; f16 rows of 198) and blocks of 32, 80 and 33. */
+static void test_kv_store_writes_kv_c_rows_byte_for_byte(void **state)
+{
+    (void)state;
+    REQUIRE_DEVICE();
+    static const int shapes[][3] = {{3, 32, 5}, {1, 80, 5}, {3, 33, 5},
+                                    {2, 64, 1}, {1, 32, 7}};
+    for (int type = KV_F32; type <= KV_Q8_0; type++)
+        for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++)
+            check_kv_store((enum kv_type)type, shapes[i][0], shapes[i][1],
+                           shapes[i][2]);
+}
+
+/* kk_f32_to_f16 against quant.c's f32_to_fp16 where rounding is decided:
+ * each half's midpoint to the next (ties go to even), one ulp either side,
+ * f32 subnormals, and random bit patterns. */
+static void test_kv_store_f16_rounds_every_half_midpoint_like_the_cpu(
+    void **state)
+{
+    (void)state;
+    REQUIRE_DEVICE();
+    const uint32_t n = 65536 * 4 + 4096;
+    uint32_t *bits = malloc((size_t)n * 4);
+    uint64_t s = 99;
+    for (uint32_t h = 0; h < 65536; h++) {
+        float lo = fp16_to_f32((uint16_t)h);
+        float hi = fp16_to_f32((uint16_t)(h + 1));
+        float mid = isfinite(lo) && isfinite(hi) && (h & 0x7fff) != 0x7fff
+                        ? lo + (hi - lo) / 2 : lo;
+        uint32_t m;
+        memcpy(&m, &mid, 4);
+        bits[4 * h] = m - 1;
+        bits[4 * h + 1] = m;
+        bits[4 * h + 2] = m + 1;
+        memcpy(&bits[4 * h + 3], &lo, 4);
+    }
+    for (uint32_t i = 65536 * 4; i < n; i++)
+        bits[i] = i & 1 ? next_random(&s) : next_random(&s) & 0x807fffffu;
+
+    const uint32_t n_rows = n / 64;
+    uint16_t *got = malloc((size_t)n * 2);
+    struct vk_buffer bs = buffer_with(bits, (size_t)n * 4);
+    struct vk_buffer bd = buffer_with(NULL, (size_t)n * 2);
+    const struct vk_buffer *bufs[] = {&bs, &bd};
+    struct vk_push_kv_store push = {n_rows, 64, KV_F16, 64, 128};
+    run("kv_store", 2, bufs, &push, sizeof push, ceil_div(n / 2, 64), 1, 1);
+    download(&bd, got, (size_t)n * 2);
+    for (uint32_t i = 0; i < n; i++) {
+        float f;
+        memcpy(&f, &bits[i], 4);
+        if (got[i] != f32_to_fp16(f))
+            fail_msg("f16 of 0x%08x: 0x%04x, want 0x%04x", bits[i], got[i],
+                     f32_to_fp16(f));
+    }
+    vk_buffer_free(dev, &bs);
+    vk_buffer_free(dev, &bd);
+    free(bits);
+    free(got);
+}
+
+/* ---- attention ---- */
+
+struct attention_case {
+    enum kv_type type;
+    int n_head, n_head_kv, head_dim;
+    int n_ctx;
+    int sliding;             /* ring window (0: none) */
+    int sink_window, n_sink; /* sink+window (0: none) */
+    int model_window;        /* mask of a full cache (0: none) */
+    int n_past, n;           /* committed tokens, then a batch of n */
+};
+
+static void upload_padded(struct vk_buffer *b, const uint8_t *bytes,
+                          size_t n)
+{
+    *b = buffer_with(bytes, n ? n : 4);
+}
+
+static void check_attention(const struct attention_case *c)
+{
+    const int sliding[1] = {c->sliding};
+    struct kv_cache *kv = new_cache(c->type, c->n_head_kv, c->head_dim,
+                                    c->n_ctx, 32, c->sliding ? sliding : NULL,
+                                    c->sink_window, c->n_sink);
+    const struct kv_layer *L = &kv->layers[0];
+    const int kv_dim = kv->kv_dim, hd = c->head_dim;
+    uint64_t s = 4242 + (uint64_t)c->n_past * 3 + (uint64_t)hd;
+    float *kin = random_floats((size_t)32 * kv_dim, -1.0f, 1.0f, &s);
+    float *vin = random_floats((size_t)32 * kv_dim, -1.0f, 1.0f, &s);
+    for (int pos = 0; pos < c->n_past; pos += 32) {
+        int nb = c->n_past - pos < 32 ? c->n_past - pos : 32;
+        for (size_t i = 0; i < (size_t)32 * kv_dim; i++) {
+            kin[i] = uniform(&s, -1.0f, 1.0f);
+            vin[i] = uniform(&s, -1.0f, 1.0f);
+        }
+        kv_stage(kv, 0, pos, nb, kin, vin);
+        kv_commit(kv);
+    }
+    for (size_t i = 0; i < (size_t)32 * kv_dim; i++) {
+        kin[i] = uniform(&s, -1.0f, 1.0f);
+        vin[i] = uniform(&s, -1.0f, 1.0f);
+    }
+    const int pos0 = c->n_past;
+    kv_stage(kv, 0, pos0, c->n, kin, vin);
+
+    const size_t nq = (size_t)c->n * c->n_head * hd;
+    float *q = random_floats(nq, -1.0f, 1.0f, &s);
+    float *got = malloc(nq * sizeof *got);
+    const float scale = 2.0f / sqrtf((float)hd);
+
+    struct vk_buffer bq = buffer_with(q, nq * 4), bo = buffer_with(NULL, nq * 4);
+    struct vk_buffer bkc, bvc, bks, bvs;
+    upload_padded(&bkc, L->k, (size_t)L->capacity * kv->row_bytes);
+    upload_padded(&bvc, L->v, (size_t)L->capacity * kv->row_bytes);
+    upload_padded(&bks, kv->stage_k, (size_t)c->n * kv->row_bytes);
+    upload_padded(&bvs, kv->stage_v, (size_t)c->n * kv->row_bytes);
+    const struct vk_buffer *bufs[] = {&bq, &bkc, &bvc, &bks, &bvs, &bo};
+    struct vk_push_attention push = {
+        .n_rows = (uint32_t)c->n, .pos0 = (uint32_t)pos0,
+        .n_head = (uint32_t)c->n_head, .n_head_kv = (uint32_t)c->n_head_kv,
+        .head_dim = (uint32_t)hd, .type = (uint32_t)kv->type,
+        .block = (uint32_t)kv->block, .row_bytes = (uint32_t)kv->row_bytes,
+        .policy = (uint32_t)L->policy, .capacity = (uint32_t)L->capacity,
+        .n_sink = (uint32_t)L->n_sink, .layer_window = (uint32_t)L->window,
+        .model_window = (uint32_t)c->model_window, .scale = scale,
+    };
+    run("attention", 6, bufs, &push, sizeof push, (uint32_t)c->n_head,
+        (uint32_t)c->n, 1);
+    download(&bo, got, nq * 4);
+
+    /* The CPU formula in double, reading rows through kv.h. */
+    const int n_ctx = c->n_ctx;
+    double *w = malloc((size_t)n_ctx * sizeof *w);
+    float *row = malloc((size_t)hd * sizeof *row);
+    double *out = malloc((size_t)hd * sizeof *out);
+    double *mag = malloc((size_t)hd * sizeof *mag);
+    const int group = c->n_head / c->n_head_kv;
+    for (int t = 0; t < c->n; t++) {
+        const int p = pos0 + t;
+        int sink_end, lo;
+        kv_visible(L, c->model_window, p, &sink_end, &lo);
+        for (int h = 0; h < c->n_head; h++) {
+            const int g = h / group;
+            const float *qh = q + ((size_t)t * c->n_head + h) * hd;
+            double max = -INFINITY, sum = 0;
+            for (int k = 0; k <= p; k++) {
+                w[k] = NAN;
+                if (k >= sink_end && k < lo)
+                    continue;
+                kv_load_head(kv, kv_key_row(kv, 0, k), g * hd, row);
+                double dot = 0;
+                for (int d = 0; d < hd; d++)
+                    dot += (double)qh[d] * row[d];
+                w[k] = dot * scale;
+                max = w[k] > max ? w[k] : max;
+            }
+            for (int d = 0; d < hd; d++)
+                out[d] = mag[d] = 0;
+            for (int k = 0; k <= p; k++) {
+                if (isnan(w[k]))
+                    continue;
+                double e = exp(w[k] - max);
+                sum += e;
+                kv_load_head(kv, kv_value_row(kv, 0, k), g * hd, row);
+                for (int d = 0; d < hd; d++) {
+                    out[d] += e * row[d];
+                    mag[d] += e * fabs(row[d]);
+                }
+            }
+            for (int d = 0; d < hd; d++) {
+                double want = out[d] / sum, m = mag[d] / sum;
+                double gv = got[((size_t)t * c->n_head + h) * hd + d];
+                if (!(fabs(gv - want) <= 1e-4 * m + 1e-7))
+                    fail_msg("attention %s %s, head_dim %d, pos0 %d: out[%d]"
+                             "[%d][%d] = %.9g, want %.9g", kv_type_name(kv->type),
+                             kv_policy_name(L->policy), hd, pos0, t, h, d, gv,
+                             want);
+            }
+        }
+    }
+    vk_buffer_free(dev, &bq);
+    vk_buffer_free(dev, &bo);
+    vk_buffer_free(dev, &bkc);
+    vk_buffer_free(dev, &bvc);
+    vk_buffer_free(dev, &bks);
+    vk_buffer_free(dev, &bvs);
+    free(kin);
+    free(vin);
+    free(q);
+    free(got);
+    free(w);
+    free(row);
+    free(out);
+    free(mag);
+    kv_free(kv);
+}
+
+static void test_attention_full_cache_matches_cpu(void **state)
+{
+    (void)state;
+    REQUIRE_DEVICE();
+    /* 167 positions: two chunks of keys; GQA groups of 2 */
+    const struct attention_case c1 = {KV_F16, 4, 2, 64, 300, 0, 0, 0, 0, 150,
+                                      17};
+    /* everything in the stage buffers; head_dim 33: odd f16 rows */
+    const struct attention_case c2 = {KV_F32, 2, 2, 33, 64, 0, 0, 0, 0, 0, 17};
+    const struct attention_case c3 = {KV_F16, 2, 1, 33, 64, 0, 0, 0, 0, 20, 3};
+    /* q8_0 rows of 34 bytes (mid-word), a model window masking a full
+     * cache */
+    const struct attention_case c4 = {KV_Q8_0, 2, 1, 32, 300, 0, 0, 0, 40,
+                                      100, 3};
+    check_attention(&c1);
+    check_attention(&c2);
+    check_attention(&c3);
+    check_attention(&c4);
+}
+
+static void test_attention_ring_cache_after_wrap_matches_cpu(void **state)
+{
+    (void)state;
+    REQUIRE_DEVICE();
+    /* window 32 + slack 17 = 49 slots, 200 positions committed */
+    const struct attention_case c1 = {KV_F32, 2, 2, 128, 300, 32, 0, 0, 32,
+                                      200, 5};
+    /* q8_0 blocks of 33 (head_dim 33): values that never align */
+    const struct attention_case c2 = {KV_Q8_0, 4, 2, 33, 300, 32, 0, 0, 32,
+                                      190, 17};
+    check_attention(&c1);
+    check_attention(&c2);
+}
+
+static void test_attention_sink_window_matches_cpu(void **state)
+{
+    (void)state;
+    REQUIRE_DEVICE();
+    /* 4 sinks + window 24 (+ slack): head_dim 256, the most supported */
+    const struct attention_case c1 = {KV_F16, 2, 1, 256, 300, 0, 24, 4, 0,
+                                      150, 3};
+    /* the first positions, where sink_end = p + 1; q8_0 blocks of 80 */
+    const struct attention_case c2 = {KV_Q8_0, 3, 1, 80, 300, 0, 24, 4, 0, 0,
+                                      6};
+    const struct attention_case c3 = {KV_Q8_0, 2, 2, 64, 300, 0, 24, 4, 0, 70,
+                                      17};
+    check_attention(&c1);
+    check_attention(&c2);
+    check_attention(&c3);
+}
+
+/* ---- the embedded table ---- */
+
+static void test_every_shader_is_embedded(void **state)
+{
+    (void)state;
+    static const char *names[] = {
+        "matmul_f32", "matmul_f16", "matmul_bf16", "matmul_q8_0",
+        "matmul_q4_0", "matmul_q5_0", "matmul_q4_k", "matmul_q6_k",
+        "matmul_rows_f32", "matmul_rows_f16", "matmul_rows_bf16",
+        "matmul_rows_q8_0", "matmul_rows_q4_0", "matmul_rows_q5_0",
+        "matmul_rows_q4_k", "matmul_rows_q6_k",
+        "rmsnorm", "rope", "add", "gated_act", "kv_store", "attention"};
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
+        const struct vk_spirv *sh = vk_shader_find(names[i]);
+        if (!sh)
+            fail_msg("no embedded shader %s", names[i]);
+        assert_string_equal(sh->name, names[i]);
+        assert_true(sh->bytes > 20 && sh->bytes % 4 == 0);
+        assert_int_equal(sh->code[0], 0x07230203); /* SPIR-V magic */
+    }
+    assert_null(vk_shader_find("matmul_q2_k"));
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_every_shader_is_embedded),
+        cmocka_unit_test(test_matmul_f32_matches_dequantized_rows),
+        cmocka_unit_test(test_matmul_f16_matches_dequantized_rows),
+        cmocka_unit_test(test_matmul_bf16_matches_dequantized_rows),
+        cmocka_unit_test(test_matmul_q8_0_matches_dequantized_rows),
+        cmocka_unit_test(test_matmul_q4_0_matches_dequantized_rows),
+        cmocka_unit_test(test_matmul_q5_0_matches_dequantized_rows),
+        cmocka_unit_test(test_matmul_q4_k_matches_dequantized_rows),
+        cmocka_unit_test(test_matmul_q6_k_matches_dequantized_rows),
+        cmocka_unit_test(test_rmsnorm_matches_cpu_in_place_and_not),
+        cmocka_unit_test(
+            test_rope_norm_and_neox_match_cpu_and_leave_unrotated_dims),
+        cmocka_unit_test(test_add_elementwise_broadcast_and_grid_stride),
+        cmocka_unit_test(test_gated_act_silu_matches_cpu),
+        cmocka_unit_test(test_gated_act_gelu_rounds_through_f16_like_ggml),
+        cmocka_unit_test(test_kv_store_writes_kv_c_rows_byte_for_byte),
+        cmocka_unit_test(
+            test_kv_store_f16_rounds_every_half_midpoint_like_the_cpu),
+        cmocka_unit_test(test_attention_full_cache_matches_cpu),
+        cmocka_unit_test(test_attention_ring_cache_after_wrap_matches_cpu),
+        cmocka_unit_test(test_attention_sink_window_matches_cpu),
+    };
+    return cmocka_run_group_tests(tests, open_device, close_device);
+}

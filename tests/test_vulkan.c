@@ -1,0 +1,290 @@
+/* test_vulkan.c — the engine on a Vulkan device computes what it computes
+ * on the CPU, and what llama.cpp computes.
+ *
+ * On the first Vulkan device (Mesa's lavapipe in CI, a GPU elsewhere):
+ *   - every golden model reproduces llama.cpp (tests/lib/golden_check.h:
+ *     tokens, teacher-forced logits within the type's tolerance, greedy
+ *     continuations, full-vocabulary rows);
+ *   - speculative greedy output is the plain greedy output, token for token,
+ *     for the n-gram and draft proposers and several block lengths;
+ *   - a sliding-window ring cache gives the logits of a full cache over a
+ *     context many times the window, with speculative trims in between;
+ *   - a checkpoint saved from the device and restored into a new session
+ *     continues exactly as an uninterrupted run;
+ *   - an f16 and a q8_0 cache on the device give the CPU's greedy tokens.
+ * Without a Vulkan loader or device every test prints a loud SKIP line. */
+#include <math.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "golden_check.h"
+#include "kakeya.h"
+#include "testutil.h"
+
+enum { N_GEN = 24 };
+
+static bool have_device(void)
+{
+    struct kk_vk_device_info d[4];
+    struct kk_error err = {{0}};
+    int n = kk_vulkan_devices(d, 4, &err);
+    if (n <= 0 || !d[0].is_usable) {
+        fprintf(stderr, "SKIP (no Vulkan device): %s\n",
+                n < 0 ? err.msg : n == 0 ? "the loader reports no device"
+                                         : d[0].why_not);
+        return false;
+    }
+    return true;
+}
+
+static void test_golden_model_on_vulkan(void **state)
+{
+    if (!have_device())
+        skip();
+    golden_check_model(*state, KK_BACKEND_VULKAN);
+}
+
+static struct kk_session *new_session(struct kk_model *m, enum kk_backend b,
+                                      enum kk_kv_type kv, bool full_sliding)
+{
+    struct kk_session_params sp = {.n_ctx = 512, .n_threads = 2,
+                                   .max_batch = 24, .backend = b,
+                                   .kv_type = kv,
+                                   .kv_full_sliding = full_sliding};
+    struct kk_session *s;
+    struct kk_error err = {{0}};
+    if (kk_session_new(m, &sp, &s, &err))
+        fail_msg("%s", err.msg);
+    return s;
+}
+
+struct run {
+    int32_t ids[256];
+    int n;
+};
+
+static bool collect(void *ud, int32_t id, const char *text,
+                    const struct kk_stats *st)
+{
+    (void)text, (void)st;
+    struct run *r = ud;
+    if (id >= 0 && r->n < 256)
+        r->ids[r->n++] = id;
+    return true;
+}
+
+static int prompt_of(struct kk_model *m, const char *text, int32_t *ids)
+{
+    struct kk_model_info info;
+    kk_model_get_info(m, &info);
+    struct kk_error err;
+    return kk_tokenize(m, text, strlen(text), info.add_bos, false, ids, 256,
+                       &err);
+}
+
+static void generate(struct kk_session *s, struct kk_session *draft,
+                     const int32_t *prompt, int n_prompt,
+                     enum kk_spec_mode mode, int block, struct run *out)
+{
+    struct kk_generate_params gp = {.n_predict = N_GEN, .spec = mode,
+                                    .draft = draft, .block = block};
+    struct kk_error err = {{0}};
+    out->n = 0;
+    if (kk_generate(s, prompt, n_prompt, &gp, collect, out, NULL, &err))
+        fail_msg("%s", err.msg);
+}
+
+static const char *const prompt_text =
+    "one two three four one two three four one two three four one two";
+
+static void test_speculative_greedy_equals_plain_on_vulkan(void **state)
+{
+    (void)state;
+    if (!have_device())
+        skip();
+    struct kk_model *m = testutil_open_golden("llama-smollm2-f32");
+    if (!m)
+        skip();
+    int32_t prompt[256];
+    int n_prompt = prompt_of(m, prompt_text, prompt);
+    struct run plain, spec;
+    struct kk_session *s = new_session(m, KK_BACKEND_VULKAN, KK_KV_F16, false);
+    generate(s, NULL, prompt, n_prompt, KK_SPEC_OFF, 0, &plain);
+    kk_session_free(s);
+    assert_int_equal(plain.n, N_GEN);
+    static const int blocks[] = {0, 1, 4, 16};
+    for (int mode = KK_SPEC_NGRAM; mode <= KK_SPEC_DRAFT; mode++) {
+        for (size_t bi = 0; bi < sizeof blocks / sizeof blocks[0]; bi++) {
+            s = new_session(m, KK_BACKEND_VULKAN, KK_KV_F16, false);
+            struct kk_session *draft =
+                mode == KK_SPEC_NGRAM
+                    ? NULL : new_session(m, KK_BACKEND_VULKAN, KK_KV_F16,
+                                         false);
+            generate(s, draft, prompt, n_prompt, (enum kk_spec_mode)mode,
+                     blocks[bi], &spec);
+            assert_int_equal(spec.n, plain.n);
+            assert_memory_equal(spec.ids, plain.ids,
+                                sizeof(int32_t) * (size_t)plain.n);
+            kk_session_free(draft);
+            kk_session_free(s);
+        }
+    }
+    kk_model_close(m);
+}
+
+/* The largest difference between two logits rows. */
+static float max_diff(const float *a, const float *b, int n)
+{
+    float worst = 0.0f;
+    for (int i = 0; i < n; i++) {
+        float d = fabsf(a[i] - b[i]);
+        worst = d > worst ? d : worst;
+    }
+    return worst;
+}
+
+/* gemma3's golden model slides a window of 8 on 5 of its 6 layers: feed
+ * 200 tokens in verify-sized blocks, trimming a rejected tail after each,
+ * and compare every block's logits between a ring and a full cache. */
+static void test_ring_cache_matches_full_cache_on_vulkan(void **state)
+{
+    (void)state;
+    if (!have_device())
+        skip();
+    struct kk_model *m = testutil_open_golden("gemma3-f32");
+    if (!m)
+        skip();
+    struct kk_model_info info;
+    kk_model_get_info(m, &info);
+    struct kk_session *ring = new_session(m, KK_BACKEND_VULKAN, KK_KV_F32,
+                                          false);
+    struct kk_session *full = new_session(m, KK_BACKEND_VULKAN, KK_KV_F32,
+                                          true);
+    struct kk_error err = {{0}};
+    int32_t block[17];
+    uint32_t seed = 12345;
+    float worst = 0.0f;
+    for (int step = 0; kk_session_n_tokens(ring) < 200; step++) {
+        int L = 1 + step % 17;
+        for (int i = 0; i < L; i++) {
+            seed = seed * 1664525u + 1013904223u;
+            block[i] = (int32_t)(seed >> 8) % info.n_vocab;
+        }
+        assert_int_equal(kk_session_eval(ring, block, L, true, NULL, NULL,
+                                         &err), 0);
+        assert_int_equal(kk_session_eval(full, block, L, true, NULL, NULL,
+                                         &err), 0);
+        for (int i = 0; i < L; i++) {
+            float d = max_diff(kk_session_logits(ring, i),
+                               kk_session_logits(full, i), info.n_vocab);
+            worst = d > worst ? d : worst;
+        }
+        /* Reject the last half of the block, as a verify step would. */
+        int keep = kk_session_n_tokens(ring) - L / 2;
+        kk_session_trim(ring, keep);
+        kk_session_trim(full, keep);
+    }
+    printf("  ring vs full cache on vulkan: max |diff| %.2e\n", worst);
+    assert_true(worst <= 1e-5f);
+    kk_session_free(ring);
+    kk_session_free(full);
+    kk_model_close(m);
+}
+
+static void test_checkpoint_restores_on_vulkan_and_continues_exactly(
+    void **state)
+{
+    (void)state;
+    if (!have_device())
+        skip();
+    struct kk_model *m = testutil_open_golden("qwen2-f32");
+    if (!m)
+        skip();
+    int32_t prompt[256];
+    int n_prompt = prompt_of(m, prompt_text, prompt);
+    struct run whole, first, rest;
+    struct kk_session *s = new_session(m, KK_BACKEND_VULKAN, KK_KV_Q8_0,
+                                       false);
+    generate(s, NULL, prompt, n_prompt, KK_SPEC_OFF, 0, &whole);
+    kk_session_free(s);
+
+    /* Half the answer, a checkpoint, then a new session from it. */
+    s = new_session(m, KK_BACKEND_VULKAN, KK_KV_Q8_0, false);
+    struct kk_generate_params gp = {.n_predict = N_GEN / 2};
+    struct kk_error err = {{0}};
+    first.n = 0;
+    assert_int_equal(kk_generate(s, prompt, n_prompt, &gp, collect, &first,
+                                 NULL, &err), 0);
+    size_t size = 0;
+    void *blob = kk_session_save(s, &size);
+    assert_non_null(blob);
+    kk_session_free(s);
+    s = new_session(m, KK_BACKEND_VULKAN, KK_KV_Q8_0, false);
+    assert_int_equal(kk_session_restore(s, blob, size, &err), 0);
+    free(blob);
+    gp.n_predict = N_GEN - first.n;
+    rest.n = 0;
+    assert_int_equal(kk_generate(s, NULL, 0, &gp, collect, &rest, NULL, &err),
+                     0);
+    kk_session_free(s);
+    assert_int_equal(first.n + rest.n, whole.n);
+    assert_memory_equal(first.ids, whole.ids, sizeof(int32_t) * first.n);
+    assert_memory_equal(rest.ids, whole.ids + first.n,
+                        sizeof(int32_t) * rest.n);
+    kk_model_close(m);
+}
+
+/* The device's cache types store what the CPU's store (kv_store is kv.c's
+ * store_row to the bit), so greedy tokens agree with the CPU's. */
+static void test_cache_types_give_the_cpu_tokens_on_vulkan(void **state)
+{
+    (void)state;
+    if (!have_device())
+        skip();
+    struct kk_model *m = testutil_open_golden("qwen3-f32");
+    if (!m)
+        skip();
+    int32_t prompt[256];
+    int n_prompt = prompt_of(m, prompt_text, prompt);
+    static const enum kk_kv_type types[] = {KK_KV_F16, KK_KV_Q8_0};
+    for (size_t i = 0; i < sizeof types / sizeof types[0]; i++) {
+        struct run cpu, gpu;
+        struct kk_session *s = new_session(m, KK_BACKEND_CPU, types[i], false);
+        generate(s, NULL, prompt, n_prompt, KK_SPEC_OFF, 0, &cpu);
+        kk_session_free(s);
+        s = new_session(m, KK_BACKEND_VULKAN, types[i], false);
+        generate(s, NULL, prompt, n_prompt, KK_SPEC_OFF, 0, &gpu);
+        kk_session_free(s);
+        assert_int_equal(gpu.n, cpu.n);
+        assert_memory_equal(gpu.ids, cpu.ids, sizeof(int32_t) * cpu.n);
+    }
+    kk_model_close(m);
+}
+
+int main(void)
+{
+    struct CMUnitTest tests[64];
+    int n = 0;
+    for (int i = 0; i < golden_n_cases && n < 60; i++) {
+        struct CMUnitTest t = cmocka_unit_test_prestate(
+            test_golden_model_on_vulkan, (void *)&golden_cases[i]);
+        t.name = golden_cases[i].model;
+        tests[n++] = t;
+    }
+    const struct CMUnitTest more[] = {
+        cmocka_unit_test(test_speculative_greedy_equals_plain_on_vulkan),
+        cmocka_unit_test(test_ring_cache_matches_full_cache_on_vulkan),
+        cmocka_unit_test(
+            test_checkpoint_restores_on_vulkan_and_continues_exactly),
+        cmocka_unit_test(test_cache_types_give_the_cpu_tokens_on_vulkan),
+    };
+    for (size_t i = 0; i < sizeof more / sizeof more[0]; i++)
+        tests[n++] = more[i];
+    return _cmocka_run_group_tests("vulkan", tests, (size_t)n, NULL, NULL);
+}

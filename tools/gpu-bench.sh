@@ -1,0 +1,115 @@
+#!/usr/bin/env bash
+# gpu-bench.sh — the Vulkan backend on a real GPU, in one call: the Vulkan
+# tests (golden models, speculative = plain, ring = full cache,
+# checkpoints), then benchmarks of random-weight models of real shapes and
+# of the default models, CPU and Vulkan side by side.
+#
+#   tools/gpu-kit.sh                      here: packs .gpu/ (binaries,
+#                                         libraries, Vulkan loader, goldens)
+#   OUT=DIR BANDWIDTH=GBS tools/gpu-bench.sh   there, carrying .gpu
+#
+# OUT        where the logs and JSON reports go (default build/gpu-bench)
+# BANDWIDTH  the GPU's memory bandwidth in GB/s, for the roofline (H200:
+#            4800, H100 SXM: 3350); without it no roofline is reported
+# KK_GPU_MODELS  shapes to benchmark (default "smollm2-360m llama3.2-1b")
+# KK_PACK_LOGS   also pack every log into this one .tar.gz
+#
+# With .gpu/ present the binaries and libraries come from it; otherwise the
+# script builds here (a machine with the -dev packages). NVIDIA's stock ICD
+# file names the GLX library, which needs a display; a headless machine
+# reaches the same driver through its EGL library, so the script points
+# the loader at an ICD file naming that one.
+#
+# Every step writes its own file under OUT; a failing step is reported and
+# the rest still run, so one call gives everything there is to give.
+set -u
+cd "$(dirname "$0")/.."
+OUT=${OUT:-build/gpu-bench}
+BW=${BANDWIDTH:-}
+MODELS=${KK_GPU_MODELS:-"smollm2-360m llama3.2-1b"}
+THREADS=$(nproc)
+mkdir -p "$OUT" build/gpu-models
+status=0
+
+if [ -f .gpu/lib.tar.xz ]; then
+    mkdir -p /tmp/kk && tar -C /tmp/kk -xJf .gpu/lib.tar.xz
+    export LD_LIBRARY_PATH=/tmp/kk/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+    K=.gpu/kakeya T=.gpu/test_vulkan
+    export KK_SHARED=.gpu/shared
+else
+    make -j"$THREADS" build/kakeya build/tests/test_vulkan || exit 1
+    K=build/kakeya T=build/tests/test_vulkan
+fi
+if [ -z "${VK_ICD_FILENAMES:-}${VK_DRIVER_FILES:-}" ] &&
+   ldconfig -p | grep -q libEGL_nvidia.so.0; then
+    printf '{"file_format_version": "1.0.0", "ICD": {"library_path": "%s", "api_version": "1.3.0"}}\n' \
+        libEGL_nvidia.so.0 > /tmp/kk_nvidia_icd.json
+    export VK_ICD_FILENAMES=/tmp/kk_nvidia_icd.json
+fi
+nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv \
+    > "$OUT/gpu.txt" 2>&1 || true
+
+step() { # name, command...: runs one step, logs it, remembers a failure
+    local name=$1; shift
+    echo "== $name: $*"
+    local t0=$SECONDS
+    if "$@" > "$OUT/$name.txt" 2> "$OUT/$name.err"; then
+        echo "   ok ($((SECONDS - t0)) s)"
+    else
+        echo "   FAILED ($((SECONDS - t0)) s); last lines:"
+        tail -15 "$OUT/$name.txt" "$OUT/$name.err" | sed 's/^/   | /'
+        status=1
+    fi
+}
+
+step devices "$K" info --devices
+step test_vulkan env KK_BIN="$K" "$T"
+
+bw_args=()
+[ -n "$BW" ] && bw_args=(--bandwidth "$BW")
+for shape in $MODELS; do
+    f=build/gpu-models/$shape-q8_0.gguf
+    [ -f "$f" ] || "$K" mkmodel --shape "$shape" --type q8_0 -o "$f" \
+        > /dev/null || { echo "mkmodel $shape failed"; status=1; continue; }
+    step "bench-vulkan-$shape" "$K" bench -m "$f" --backend vulkan \
+        "${bw_args[@]}"
+    step "bench-cpu-$shape" "$K" bench -m "$f" --backend cpu -t "$THREADS" \
+        --quick
+done
+
+# Speculative vs plain on the default models, on the GPU.
+if [ -f data/models/kakeya-chat.gguf ]; then
+    step bench-spec-vulkan "$K" bench --backend vulkan \
+        --spec-model data/models/kakeya-chat.gguf \
+        --draft data/models/kakeya-draft.gguf
+fi
+
+# One summary line per report, so the log alone tells the story.
+for j in "$OUT"/bench-*.txt; do
+    [ -f "$j" ] || continue
+    python3 - "$j" <<'EOF' 2>/dev/null || true
+import json, sys
+p = sys.argv[1]
+try:
+    r = json.load(open(p))
+except Exception:
+    sys.exit(0)
+e = r.get("engine")
+if e:
+    c = {v["L"]: v["c"] for v in e.get("verify_cost", [])}
+    print(f"{p}: decode {e['decode_tok_per_s']:.1f} tok/s"
+          f" ({100 * e.get('decode_share_of_roofline', 0):.1f}% of roofline"
+          f" {e.get('roofline_tok_per_s', 0):.0f}), prefill"
+          f" {e['prefill_tok_per_s']:.0f} tok/s, c(2) {c.get(2, 0):.2f}"
+          f" c(4) {c.get(4, 0):.2f} c(8) {c.get(8, 0):.2f}"
+          f" c(16) {c.get(16, 0):.2f}")
+s = r.get("speculative")
+if s:
+    print(f"{p}: {json.dumps(s)[:1500]}")
+EOF
+done
+# A device call brings back few files: one archive of them all, on asking.
+if [ -n "${KK_PACK_LOGS:-}" ]; then
+    tar -C "$OUT" -czf "$KK_PACK_LOGS" . && echo "logs: $KK_PACK_LOGS"
+fi
+exit $status

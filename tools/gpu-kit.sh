@@ -1,0 +1,44 @@
+#!/usr/bin/env bash
+# gpu-kit.sh — packs what tools/gpu-bench.sh needs on the project's GPU
+# machine, which has an NVIDIA driver but no Vulkan loader, no -dev
+# packages, no package registry and no ../shared: the binaries built here,
+# their shared libraries and the Vulkan loader as one compressed archive,
+# and the golden models that fit the 64 MiB a device call may carry.
+#
+#   tools/gpu-kit.sh          fills .gpu/ (git-ignored through
+#                             .git/info/exclude), then run on the GPU machine,
+#                             carrying .gpu:  bash tools/gpu-bench.sh
+#
+# KK_GPU_GOLDEN  golden models to carry (default: the llama256 quantized
+#                family, every weight type the GPU kernels read)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+SHARED=${KK_SHARED:-../shared}
+GOLDEN=${KK_GPU_GOLDEN:-"llama256-Q8_0 llama256-Q4_0 llama256-Q4_K_M \
+llama256-Q6_K llama256-Q5_0 llama256-F16 llama256-BF16"}
+
+grep -qx '/.gpu/' .git/info/exclude 2>/dev/null || echo '/.gpu/' >> .git/info/exclude
+make -j"$(nproc)" build/kakeya build/tests/test_vulkan
+rm -rf .gpu && mkdir -p .gpu/lib .gpu/shared/golden/models
+cp build/kakeya build/tests/test_vulkan .gpu/
+strip .gpu/kakeya .gpu/test_vulkan
+
+# Every library the binaries load but the C runtime itself (the GPU
+# machine's glibc is newer than ours, which is all that needs).
+ldd build/kakeya build/tests/test_vulkan | awk '/=> \//{print $3}' | sort -u |
+    grep -vE '/(libc|libm|libpthread|libdl|librt|ld-linux[^/]*)\.so' |
+    while read -r lib; do cp -L "$lib" .gpu/lib/; done
+cp -L "$(ldconfig -p | awk '/libvulkan.so.1 .*x86-64/{print $NF; exit}')" .gpu/lib/
+tar -C .gpu -cJf .gpu/lib.tar.xz lib && rm -rf .gpu/lib
+
+for m in $GOLDEN; do
+    cp "$SHARED/golden/gen-$m.json" .gpu/shared/golden/
+    cp "$SHARED/golden/models/$m.gguf" .gpu/shared/golden/models/
+    if [ -d "$SHARED/golden/full_logits/$m" ]; then
+        mkdir -p .gpu/shared/golden/full_logits
+        cp -r "$SHARED/golden/full_logits/$m" .gpu/shared/golden/full_logits/
+    fi
+done
+mkdir -p .gpu/shared/models
+cp "$SHARED/models/aidreams260K-F32.gguf" .gpu/shared/models/
+du -sh .gpu
