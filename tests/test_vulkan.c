@@ -108,7 +108,7 @@ static void test_speculative_greedy_equals_plain_on_vulkan(void **state)
     (void)state;
     if (!have_device())
         skip();
-    struct kk_model *m = testutil_open_golden("llama-smollm2-f32");
+    struct kk_model *m = testutil_open_golden("llama256-Q8_0");
     if (!m)
         skip();
     int32_t prompt[256];
@@ -203,7 +203,7 @@ static void test_checkpoint_restores_on_vulkan_and_continues_exactly(
     (void)state;
     if (!have_device())
         skip();
-    struct kk_model *m = testutil_open_golden("qwen2-f32");
+    struct kk_model *m = testutil_open_golden("llama256-Q4_K_M");
     if (!m)
         skip();
     int32_t prompt[256];

@@ -34,11 +34,12 @@ status=0
 if [ -f .gpu/lib.tar.xz ]; then
     mkdir -p /tmp/kk && tar -C /tmp/kk -xJf .gpu/lib.tar.xz
     export LD_LIBRARY_PATH=/tmp/kk/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
-    K=.gpu/kakeya T=.gpu/test_vulkan
+    K=.gpu/kakeya T=.gpu/test_vulkan O=.gpu/test_vk_ops
     export KK_SHARED=.gpu/shared
 else
-    make -j"$THREADS" build/kakeya build/tests/test_vulkan || exit 1
-    K=build/kakeya T=build/tests/test_vulkan
+    make -j"$THREADS" build/kakeya build/tests/test_vulkan \
+        build/tests/test_vk_ops || exit 1
+    K=build/kakeya T=build/tests/test_vulkan O=build/tests/test_vk_ops
 fi
 if [ -z "${VK_ICD_FILENAMES:-}${VK_DRIVER_FILES:-}" ] &&
    ldconfig -p | grep -q libEGL_nvidia.so.0; then
@@ -63,6 +64,7 @@ step() { # name, command...: runs one step, logs it, remembers a failure
 }
 
 step devices "$K" info --devices
+step test_vk_ops "$O"
 step test_vulkan env KK_BIN="$K" "$T"
 
 bw_args=()

@@ -17,15 +17,17 @@ SHARED=${KK_SHARED:-../shared}
 GOLDEN=${KK_GPU_GOLDEN:-"llama256-Q8_0 llama256-Q4_0 llama256-Q4_K_M \
 llama256-Q6_K llama256-Q5_0 llama256-F16 llama256-BF16"}
 
-grep -qx '/.gpu/' .git/info/exclude 2>/dev/null || echo '/.gpu/' >> .git/info/exclude
-make -j"$(nproc)" build/kakeya build/tests/test_vulkan
+exclude=$(git rev-parse --git-path info/exclude)
+mkdir -p "$(dirname "$exclude")"
+grep -qx '/.gpu/' "$exclude" 2>/dev/null || echo '/.gpu/' >> "$exclude"
+make -j"$(nproc)" build/kakeya build/tests/test_vulkan build/tests/test_vk_ops
 rm -rf .gpu && mkdir -p .gpu/lib .gpu/shared/golden/models
-cp build/kakeya build/tests/test_vulkan .gpu/
-strip .gpu/kakeya .gpu/test_vulkan
+cp build/kakeya build/tests/test_vulkan build/tests/test_vk_ops .gpu/
+strip .gpu/kakeya .gpu/test_vulkan .gpu/test_vk_ops
 
 # Every library the binaries load but the C runtime itself (the GPU
 # machine's glibc is newer than ours, which is all that needs).
-ldd build/kakeya build/tests/test_vulkan | awk '/=> \//{print $3}' | sort -u |
+ldd build/kakeya build/tests/test_vulkan build/tests/test_vk_ops | awk '/=> \//{print $3}' | sort -u |
     grep -vE '/(libc|libm|libpthread|libdl|librt|ld-linux[^/]*)\.so' |
     while read -r lib; do cp -L "$lib" .gpu/lib/; done
 cp -L "$(ldconfig -p | awk '/libvulkan.so.1 .*x86-64/{print $NF; exit}')" .gpu/lib/

@@ -132,6 +132,12 @@ struct kk_model *testutil_open_golden(const char *name)
     const char *path = testutil_shared_path(rel);
     if (!path)
         return NULL;
+    if (access(path, R_OK)) {
+        /* A partial copy of the golden data (the GPU machine carries only
+         * what fits): say so, loudly, and let the test skip. */
+        fprintf(stderr, "SKIP: %s is absent\n", path);
+        return NULL;
+    }
     struct kk_model *m;
     struct kk_error err;
     if (kk_model_open(path, &m, &err))

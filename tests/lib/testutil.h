@@ -28,7 +28,8 @@ cJSON *testutil_read_json(const char *path);
 unsigned char *testutil_unhex(const char *hex, size_t *len);
 
 /* Opens ../shared/golden/models/<name>.gguf; NULL (after the loud skip
- * line) when the shared folder is absent; fails the test if it won't open. */
+ * line) when the shared folder or that file is absent; fails the test if
+ * it won't open. */
 struct kk_model *testutil_open_golden(const char *name);
 
 /* Path of a fresh temporary file name under $TMPDIR (static buffer). */
