@@ -166,12 +166,19 @@ static int check_input(const struct forward *f, const struct kv_cache *kv,
     return 0;
 }
 
+/* Rows of logits grow to what is asked, at least a verify step's 1 + 16
+ * and then by doubling: on a GPU each new size is a new device buffer and
+ * readback buffer, far dearer than a pass, so sizes must not creep up one
+ * row per step. */
 static int reserve_logits(struct forward *f, int rows, struct kk_error *err)
 {
     if (f->logits && rows <= f->logits->rows)
         return 0;
+    int want = f->logits ? 2 * f->logits->rows : 1 + 16;
+    want = want < rows ? rows : want;
+    want = want > f->max_batch ? f->max_batch : want;
     be_tensor_free(f->be, f->logits);
-    f->logits = be_tensor_new(f->be, rows, f->m->hp.n_vocab, err);
+    f->logits = be_tensor_new(f->be, want, f->m->hp.n_vocab, err);
     return f->logits ? 0 : -1;
 }
 

@@ -71,13 +71,19 @@ bw_args=()
 [ -n "$BW" ] && bw_args=(--bandwidth "$BW")
 for shape in $MODELS; do
     f=build/gpu-models/$shape-q8_0.gguf
-    [ -f "$f" ] || "$K" mkmodel --shape "$shape" --type q8_0 -o "$f" \
+    [ -f "$f" ] || "$K" mkmodel --shape "$shape" --type Q8_0 -o "$f" \
         > /dev/null || { echo "mkmodel $shape failed"; status=1; continue; }
     step "bench-vulkan-$shape" "$K" bench -m "$f" --backend vulkan \
         "${bw_args[@]}"
     step "bench-cpu-$shape" "$K" bench -m "$f" --backend cpu -t "$THREADS" \
         --quick
 done
+
+# The default model alone: c(L) on the GPU.
+if [ -f data/models/kakeya-chat.gguf ]; then
+    step bench-vulkan-kakeya-chat "$K" bench -m data/models/kakeya-chat.gguf \
+        --backend vulkan "${bw_args[@]}"
+fi
 
 # Speculative vs plain on the default models, on the GPU.
 if [ -f data/models/kakeya-chat.gguf ]; then

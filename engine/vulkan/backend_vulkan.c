@@ -465,10 +465,13 @@ static const float *vkb_read(struct backend *base, const struct be_tensor *t,
 {
     struct vk_backend *be = vkb(base);
     size_t bytes = (size_t)rows * (size_t)t->width * sizeof(float);
+    /* Sized for all of t's rows: host-visible memory is slow to allocate
+     * (it is pinned), so it is made once per size of t, not per read. */
+    size_t whole = (size_t)t->rows * (size_t)t->width * sizeof(float);
     if (be->readback.size < bytes) {
         vk_buffer_free(be->dev, &be->readback);
-        if (vk_buffer_new(be->dev, bytes, VK_MEM_READBACK, &be->readback,
-                          &be->fail)) {
+        if (vk_buffer_new(be->dev, whole > bytes ? whole : bytes,
+                          VK_MEM_READBACK, &be->readback, &be->fail)) {
             be->failed = true;
             return NULL;
         }
