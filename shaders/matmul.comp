@@ -25,15 +25,17 @@
  * past the device's grid limit spill into z in both variants. */
 #version 450
 
+#extension GL_KHR_shader_subgroup_arithmetic : require
+
 #include "common.glsl"
 
-#define MM_ROWS 2
+#define MM_ROWS 8
 #define MM_TOKENS 16
 #define WG 128u
 #define DECODE_STEP (8u / RUNS)
-#define MM_OUT (MM_ROWS * MM_TOKENS)
-#if MM_OUT != 32
-#error "the reduction below gives one 32-thread slice an output each"
+#define MM_OUT (2 * MM_TOKENS)
+#if MM_OUT != 32 || MM_ROWS != 8
+#error "a 32-thread slice owns 2 rows and ends with one output per thread"
 #endif
 
 #ifdef MM_ROWWISE
@@ -359,24 +361,33 @@ void main()
 
 #else
 
-/* Partials of every thread, padded to 33 so that a warp's 32 threads
- * writing their sums hit 32 different banks. */
+/* Partials of every thread, padded to 33 so that the 32 threads of a
+ * slice writing their sums hit 32 different banks (the fallback
+ * reduction only). */
 shared float red[WG * 33u];
-shared float red2[(WG / 32u) * MM_OUT];
 
 void main()
 {
-    const uint tid = gl_LocalInvocationID.x;
     const uint r0 = (gl_WorkGroupID.x + gl_WorkGroupID.z * gl_NumWorkGroups.x)
                     * MM_ROWS;
     if (r0 >= pc.n_rows)
         return;
+    /* Slice s (32 threads) owns rows r0 + 2s and r0 + 2s + 1. Where the
+     * device runs 4 full subgroups of 32, a slice is a subgroup and adds
+     * its partials with subgroupAdd; elsewhere (lavapipe's 8-wide
+     * subgroups, AMD's 64) the slices are threads tid / 32 and add
+     * through shared memory. Both tests are uniform over the dispatch. */
+    const bool by_subgroup = gl_SubgroupSize == 32u && gl_NumSubgroups == 4u;
+    const uint slice = by_subgroup ? gl_SubgroupID : gl_LocalInvocationID.x >> 5u;
+    const uint lane = by_subgroup ? gl_SubgroupInvocationID
+                                  : gl_LocalInvocationID.x & 31u;
     const uint t0 = gl_WorkGroupID.y * MM_TOKENS;
     const uint nt = min(uint(MM_TOKENS), pc.n_tokens - t0);
-    const bool has_row1 = r0 + 1u < pc.n_rows;
-    const uint off0 = r0 * pc.row_bytes;
-    /* A lone last row is read twice rather than reading past it. */
-    const uint off1 = has_row1 ? off0 + pc.row_bytes : off0;
+    /* Rows past the matrix (the last workgroup's) read its last row and
+     * store nothing: every thread stays for the reduction's barrier. */
+    const uint ra = min(r0 + 2u * slice, pc.n_rows - 1u);
+    const uint rb = min(ra + 1u, pc.n_rows - 1u);
+    const uint off0 = ra * pc.row_bytes, off1 = rb * pc.row_bytes;
 
     [[unroll]] for (uint j = 0u; j < MM_OUT; j++)
         acc[j] = 0.0;
@@ -385,15 +396,14 @@ void main()
     if (nt == 1u) {
         /* Decode, one token: memory-bound. DECODE_STEP groups per step,
          * all loaded before any is used, keep that many times the bytes
-         * in flight (the registers are there: the batched loop below
-         * sets the shader's allocation). Groups past the row are clamped
-         * to its last and count 0, so that no branch separates a load
-         * from its use (the GPU would wait for each load in turn). */
-        for (uint g0 = tid; g0 < ng; g0 += DECODE_STEP * WG) {
+         * in flight. Groups past the row are clamped to its last and
+         * count 0, so that no branch separates a load from its use (the
+         * GPU would wait for each load in turn). */
+        for (uint g0 = lane; g0 < ng; g0 += DECODE_STEP * 32u) {
             vec4 va[DECODE_STEP][RUNS], vb[DECODE_STEP][RUNS],
                 xv[DECODE_STEP][RUNS];
             [[unroll]] for (uint u = 0u; u < DECODE_STEP; u++) {
-                const uint gi = min(g0 + u * WG, ng - 1u);
+                const uint gi = min(g0 + u * 32u, ng - 1u);
                 values(off0, gi, va[u]);
                 values(off1, gi, vb[u]);
                 [[unroll]] for (uint r = 0u; r < RUNS; r++)
@@ -405,13 +415,13 @@ void main()
                     sa += dot(va[u][r], xv[u][r]);
                     sb += dot(vb[u][r], xv[u][r]);
                 }
-                const bool inside = g0 + u * WG < ng;
+                const bool inside = g0 + u * 32u < ng;
                 acc[0] += inside ? sa : 0.0;
                 acc[MM_TOKENS] += inside ? sb : 0.0;
             }
         }
     } else {
-        for (uint gi = tid; gi < ng; gi += WG) {
+        for (uint gi = lane; gi < ng; gi += 32u) {
             vec4 va[RUNS], vb[RUNS];
             values(off0, gi, va);
             values(off1, gi, vb);
@@ -419,30 +429,31 @@ void main()
         }
     }
 
-    /* Reduction of the outputs in use (token t < nt): 32 sums per thread
-     * -> each 32-thread slice adds its threads' partials, one output per
-     * thread -> the first 32 threads add the slices and store. */
-    [[unroll]] for (uint j = 0u; j < MM_OUT; j++)
-        if (j % MM_TOKENS < nt)
-            red[tid * 33u + j] = acc[j];
-    barrier();
-    const uint j = tid & 31u, slice = tid >> 5u;
-    if (j % MM_TOKENS < nt) {
-        float s = 0.0;
-        for (uint k = 0u; k < 32u; k++)
-            s += red[(slice * 32u + k) * 33u + j];
-        red2[slice * MM_OUT + j] = s;
-    }
-    barrier();
-    if (tid < MM_OUT) {
-        uint r = tid / MM_TOKENS, t = tid % MM_TOKENS;
-        if (t < nt && r0 + r < pc.n_rows) {
-            float sum = 0.0;
-            for (uint k = 0u; k < WG / 32u; k++)
-                sum += red2[k * MM_OUT + tid];
-            y[(t0 + t) * pc.n_rows + r0 + r] = sum;
+    /* Output j of a slice: row 2 slice + j / MM_TOKENS, token j %
+     * MM_TOKENS; lane j ends with its sum. Only outputs in use (token
+     * < nt) are added. */
+    float sum = 0.0;
+    if (by_subgroup) {
+        [[unroll]] for (uint j = 0u; j < MM_OUT; j++) {
+            if (j % MM_TOKENS < nt) {
+                const float s = subgroupAdd(acc[j]);
+                if (lane == j)
+                    sum = s;
+            }
         }
+    } else {
+        const uint base = slice * 32u;
+        [[unroll]] for (uint j = 0u; j < MM_OUT; j++)
+            if (j % MM_TOKENS < nt)
+                red[(base + lane) * 33u + j] = acc[j];
+        barrier();
+        if (lane % MM_TOKENS < nt)
+            for (uint k = 0u; k < 32u; k++)
+                sum += red[(base + k) * 33u + lane];
     }
+    const uint r = r0 + 2u * slice + lane / MM_TOKENS, t = lane % MM_TOKENS;
+    if (t < nt && r < pc.n_rows)
+        y[(t0 + t) * pc.n_rows + r] = sum;
 }
 
 #endif

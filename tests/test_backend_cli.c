@@ -27,17 +27,6 @@ static const char *binary(void)
     return getenv("KK_BIN") ? getenv("KK_BIN") : "build/kakeya";
 }
 
-/* Runs a shell command line; its exit status (-1 when it did not exit). */
-static int sh(const char *fmt, ...)
-{
-    char cmd[4096];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(cmd, sizeof cmd, fmt, ap);
-    va_end(ap);
-    int rc = system(cmd);
-    return WIFEXITED(rc) ? WEXITSTATUS(rc) : -1;
-}
 
 static char *read_text(const char *path)
 {
@@ -84,7 +73,7 @@ static void test_a_backend_that_does_not_exist_is_refused(void **state)
     if (!*state)
         skip();
     const char *err = testutil_tmp_path("backend-err");
-    assert_int_equal(sh("'%s' run -m '%s' -p hi -n 1 --backend gpu 2> '%s'",
+    assert_int_equal(testutil_sh("'%s' run -m '%s' -p hi -n 1 --backend gpu 2> '%s'",
                         binary(), (char *)*state, err), 2);
     char *msg = read_text(err);
     assert_non_null(strstr(msg, "--backend wants cpu, vulkan or auto, not "
@@ -102,8 +91,8 @@ static void test_the_same_tokens_come_from_the_cpu_and_vulkan(void **state)
     const char *err = strdup(testutil_tmp_path("backend-vk-err"));
     const char *run = "'%s' run -m '%s' -p 'Once upon a time' -n 24 --ids "
                       "-t 1 --backend %s > '%s' 2> '%s'";
-    assert_int_equal(sh(run, binary(), (char *)*state, "cpu", cpu, err), 0);
-    int rc = sh(run, binary(), (char *)*state, "vulkan", gpu, err);
+    assert_int_equal(testutil_sh(run, binary(), (char *)*state, "cpu", cpu, err), 0);
+    int rc = testutil_sh(run, binary(), (char *)*state, "vulkan", gpu, err);
     char *msg = read_text(err);
     if (vulkan_devices() < 0) {
         /* No device: refused, saying what to do. */
@@ -135,7 +124,7 @@ static void test_a_device_out_of_range_is_refused(void **state)
     if (n < 0)
         skip();
     const char *err = testutil_tmp_path("backend-dev-err");
-    assert_int_equal(sh("'%s' run -m '%s' -p hi -n 1 --backend vulkan "
+    assert_int_equal(testutil_sh("'%s' run -m '%s' -p hi -n 1 --backend vulkan "
                         "--device %d 2> '%s'", binary(), (char *)*state, n,
                         err), 1);
     char *msg = read_text(err);
@@ -149,7 +138,7 @@ static void test_info_devices_lists_what_device_picks(void **state)
     if (!*state)
         skip();
     const char *out = strdup(testutil_tmp_path("devices-out"));
-    int rc = sh("'%s' info --devices > '%s' 2>&1", binary(), out);
+    int rc = testutil_sh("'%s' info --devices > '%s' 2>&1", binary(), out);
     char *text = read_text(out);
     struct kk_vk_device_info d[8];
     struct kk_error err = {{0}};

@@ -432,16 +432,6 @@ static void test_store_keeps_newest_checkpoint_per_conversation_within_budget(
 
 /* ---- kakeya ask, through the binary ---- */
 
-static int sh(const char *fmt, ...)
-{
-    char cmd[4096];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(cmd, sizeof cmd, fmt, ap);
-    va_end(ap);
-    int rc = system(cmd);
-    return WIFEXITED(rc) ? WEXITSTATUS(rc) : -1;
-}
 
 static void test_ask_stores_a_turn_and_resumes_from_its_checkpoint(
     void **state)
@@ -460,7 +450,7 @@ static void test_ask_stores_a_turn_and_resumes_from_its_checkpoint(
     snprintf(path, sizeof path, "%s/doc.txt", fx->dir);
     char *doc = long_message();
     write_file(path, doc, strlen(doc));
-    assert_int_equal(sh("'%s' ask --model '%s' --db '%s' -t 1 -n 8 "
+    assert_int_equal(testutil_sh("'%s' ask --model '%s' --db '%s' -t 1 -n 8 "
                         "'What is this about?' < '%s' > '%s/out1' "
                         "2> '%s/err1'", bin, model, fx->db, path, fx->dir,
                         fx->dir), 0);
@@ -493,7 +483,7 @@ static void test_ask_stores_a_turn_and_resumes_from_its_checkpoint(
     assert_int_equal(raw_int(fx->db, "SELECT count(*) FROM checkpoints"), 1);
 
     /* Continuing: the document is not recomputed. */
-    assert_int_equal(sh("'%s' ask -c 1 --model '%s' --db '%s' -t 1 -n 8 "
+    assert_int_equal(testutil_sh("'%s' ask -c 1 --model '%s' --db '%s' -t 1 -n 8 "
                         "'And then?' < /dev/null > /dev/null 2> '%s/err2'",
                         bin, model, fx->db, fx->dir), 0);
     snprintf(path, sizeof path, "%s/err2", fx->dir);
@@ -505,7 +495,7 @@ static void test_ask_stores_a_turn_and_resumes_from_its_checkpoint(
     assert_int_equal(raw_int(fx->db, "SELECT count(*) FROM documents"), 1);
     assert_int_equal(raw_int(fx->db, "SELECT count(*) FROM checkpoints"), 1);
     /* A conversation that does not exist is an error, stored nowhere. */
-    assert_int_not_equal(sh("'%s' ask -c 99 --model '%s' --db '%s' -t 1 "
+    assert_int_not_equal(testutil_sh("'%s' ask -c 99 --model '%s' --db '%s' -t 1 "
                             "'x' < /dev/null > /dev/null 2>&1", bin, model,
                             fx->db), 0);
     assert_int_equal(raw_int(fx->db, "SELECT count(*) FROM messages"), 5);

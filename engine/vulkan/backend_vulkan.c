@@ -200,6 +200,16 @@ static int matmul_index(uint32_t type)
     return -1;
 }
 
+static bool layer_types_supported(const struct layer *L)
+{
+    const struct weight *ws[] = {&L->wq, &L->wk, &L->wv, &L->wo,
+                                 &L->ffn_gate, &L->ffn_up, &L->ffn_down};
+    for (size_t i = 0; i < sizeof ws / sizeof ws[0]; i++)
+        if (matmul_index(ws[i]->type) < 0)
+            return false;
+    return true;
+}
+
 /* What the shaders cannot run is refused before anything is uploaded. */
 static int check_model(const struct model *m, struct kk_error *err)
 {
@@ -208,24 +218,15 @@ static int check_model(const struct model *m, struct kk_error *err)
         return kk_fail(err, "this model's attention heads have %d dimensions "
                             "and the Vulkan backend handles at most %d; use "
                             "--backend cpu", hp->head_dim, MAX_HEAD_DIM);
-    const struct weight *ws[] = {&m->output};
-    for (size_t i = 0; i < sizeof ws / sizeof ws[0]; i++)
-        if (matmul_index(ws[i]->type) < 0)
-            goto bad_type;
-    for (int il = 0; il < hp->n_layer; il++) {
-        const struct layer *L = &m->layers[il];
-        const struct weight *lw[] = {&L->wq, &L->wk, &L->wv, &L->wo,
-                                     &L->ffn_gate, &L->ffn_up,
-                                     &L->ffn_down};
-        for (size_t i = 0; i < sizeof lw / sizeof lw[0]; i++)
-            if (matmul_index(lw[i]->type) < 0)
-                goto bad_type;
-    }
+    bool ok = matmul_index(m->output.type) >= 0;
+    for (int il = 0; ok && il < hp->n_layer; il++)
+        ok = layer_types_supported(&m->layers[il]);
+    if (!ok)
+        return kk_fail(err, "the Vulkan backend has no kernel for one of this "
+                            "model's weight types (it runs F32, F16, BF16, "
+                            "Q8_0, Q4_0, Q5_0, Q4_K and Q6_K); use --backend "
+                            "cpu");
     return 0;
-bad_type:
-    return kk_fail(err, "the Vulkan backend has no kernel for one of this "
-                        "model's weight types (it runs F32, F16, BF16, Q8_0, "
-                        "Q4_0, Q5_0, Q4_K and Q6_K); use --backend cpu");
 }
 
 int backend_vulkan_new(int device, const struct model *m,

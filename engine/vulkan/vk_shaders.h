@@ -40,7 +40,7 @@ const struct vk_spirv *vk_shader_find(const char *name);
  *
  * In both, row groups beyond the device's grid width may spill into z:
  * group g = x + z * groups_x; a group past the last row does nothing. */
-enum { MM_ROWS = 2, MM_TOKENS = 16, MM_ROWWISE_ROWS = 64 };
+enum { MM_ROWS = 8, MM_TOKENS = 16, MM_ROWWISE_ROWS = 64 };
 struct vk_push_matmul {
     uint32_t n_cols, n_rows, n_tokens, row_bytes;
 };

@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 const char *testutil_shared_dir(void)
@@ -143,4 +144,15 @@ struct kk_model *testutil_open_golden(const char *name)
     if (kk_model_open(path, &m, &err))
         fail_msg("%s", err.msg);
     return m;
+}
+
+int testutil_sh(const char *fmt, ...)
+{
+    char cmd[4096];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(cmd, sizeof cmd, fmt, ap);
+    va_end(ap);
+    int rc = system(cmd);
+    return WIFEXITED(rc) ? WEXITSTATUS(rc) : -1;
 }

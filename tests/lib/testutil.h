@@ -32,6 +32,10 @@ unsigned char *testutil_unhex(const char *hex, size_t *len);
  * it won't open. */
 struct kk_model *testutil_open_golden(const char *name);
 
+/* Runs a shell command line made like printf's; its exit status (-1 when
+ * it did not exit). */
+int testutil_sh(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
 /* Path of a fresh temporary file name under $TMPDIR (static buffer). */
 const char *testutil_tmp_path(const char *stem);
 
