@@ -9,6 +9,7 @@
 #include <cblas.h>
 #include <immintrin.h>
 #include <math.h>
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -250,24 +251,62 @@ static float gelu_tanh(float x)
                                     (1.0f + 0.044715f * x * x)));
 }
 
+/* ggml looks GELU up in a table indexed by fp16(g) holding fp16 results;
+ * we build the same table (one entry more, so a 32-bit gather of the last
+ * entry stays inside it). Built once, on first use. */
+static uint16_t gelu_table[65536 + 1];
+static pthread_once_t gelu_once = PTHREAD_ONCE_INIT;
+
+static void gelu_table_build(void)
+{
+    for (uint32_t h = 0; h < 65536; h++)
+        gelu_table[h] = f32_to_fp16(gelu_tanh(fp16_to_f32((uint16_t)h)));
+}
+
+static float gelu_lookup(float g)
+{
+    if (g <= -10.0f)
+        return 0.0f;
+    if (g >= 10.0f)
+        return g;
+    return fp16_to_f32(gelu_table[f32_to_fp16(g)]);
+}
+
+/* gelu_lookup() for 8 values: F16C rounds to fp16 to nearest even, as
+ * f32_to_fp16() does, and a gather reads the table. */
+static __m256 gelu_lookup8(__m256 g)
+{
+    __m128i h = _mm256_cvtps_ph(g, _MM_FROUND_TO_NEAREST_INT |
+                                       _MM_FROUND_NO_EXC);
+    __m256i got = _mm256_i32gather_epi32((const int *)gelu_table,
+                                         _mm256_cvtepu16_epi32(h), 2);
+    got = _mm256_and_si256(got, _mm256_set1_epi32(0xffff));
+    __m128i packed = _mm_packus_epi32(_mm256_castsi256_si128(got),
+                                      _mm256_extracti128_si256(got, 1));
+    __m256 a = _mm256_cvtph_ps(packed);
+    __m256 lo = _mm256_cmp_ps(g, _mm256_set1_ps(-10.0f), _CMP_LE_OQ);
+    __m256 hi = _mm256_cmp_ps(g, _mm256_set1_ps(10.0f), _CMP_GE_OQ);
+    a = _mm256_andnot_ps(lo, a);
+    return _mm256_blendv_ps(a, g, hi);
+}
+
 void be_gated_act(float *out, const float *gate, const float *up,
                   int64_t count, bool use_gelu)
 {
-    for (int64_t i = 0; i < count; i++) {
-        float g = gate[i], a;
-        if (!use_gelu) {
-            a = g / (1.0f + expf(-g));
-        } else if (g <= -10.0f) {
-            a = 0.0f;
-        } else if (g >= 10.0f) {
-            a = g;
-        } else {
-            /* ggml looks GELU up in a table indexed by fp16(g) holding
-             * fp16 results; reproduce both roundings. */
-            float gh = fp16_to_f32(f32_to_fp16(g));
-            a = fp16_to_f32(f32_to_fp16(gelu_tanh(gh)));
-        }
-        out[i] = a * up[i];
+    int64_t i = 0;
+    if (use_gelu) {
+        pthread_once(&gelu_once, gelu_table_build);
+        for (; i + 8 <= count; i += 8)
+            _mm256_storeu_ps(out + i,
+                             _mm256_mul_ps(gelu_lookup8(_mm256_loadu_ps(gate + i)),
+                                           _mm256_loadu_ps(up + i)));
+        for (; i < count; i++)
+            out[i] = gelu_lookup(gate[i]) * up[i];
+        return;
+    }
+    for (; i < count; i++) {
+        float g = gate[i];
+        out[i] = g / (1.0f + expf(-g)) * up[i];
     }
 }
 
