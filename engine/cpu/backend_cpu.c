@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "attention.h"
 #include "dtype.h"
 #include "error.h"
 #include "kv.h"
@@ -29,26 +30,34 @@
  * logits by ~0.1 away from the reference. */
 enum { SGEMM_MIN_TOKENS = 32, SGEMM_TILE_ROWS = 64 };
 
-/* Row chunks handed to threads: small enough to balance, large enough to
- * amortise dispatch. */
-enum { MATMUL_CHUNK_ROWS = 16 };
+/* Row ranges handed to threads shrink as a matmul proceeds (guided
+ * scheduling): big ones first to amortise claiming, then smaller ones down
+ * to about MATMUL_TAIL_BYTES of weights, so the threads finish within a
+ * microsecond or so of each other. At most MATMUL_TASKS_MAX ranges. */
+enum { MATMUL_TAIL_BYTES = 24 * 1024, MATMUL_TASKS_MAX = 64 };
 
-/* Query heads sharing one key/value head (GQA) that attention handles at
- * once; the model loader refuses larger groups. */
-enum { MAX_GROUP = 64 };
+/* The q, k and v projections (and ffn gate and up) multiply the same
+ * activations: the prepared form of the last input up to this many floats
+ * is kept, with a copy of the input to recognise it. */
+enum { MATMUL_REUSE_FLOATS = 64 * 1024 };
 
-/* Queries of one batch that attention handles together: each key and value
- * row is converted once for all of them (prefill, verification). */
-enum { ATTN_TILE = 8 };
+/* Chunk partials attention may keep for a step it spreads over the
+ * threads (attention.h): 4 MiB, enough for a 17-token verify of a
+ * 15-head model at 1,000 positions; larger steps run one task per tile. */
+enum { ATTN_PARTIAL_FLOATS = 1 << 20 };
 
 struct backend {
     struct pool *pool;
     int n_threads;
     void *prep;            /* prepared activations of the current matmul */
     size_t prep_bytes;
+    /* What prep holds, when reusable: the input it was made from and how. */
+    float *prep_src;       /* MATMUL_REUSE_FLOATS */
+    int64_t prep_src_floats; /* 0: nothing reusable */
+    uint32_t prep_type;
+    struct matmul_input prep_in;
     int64_t max_cols;
-    float *scores;         /* per thread: scores_per_thread floats */
-    size_t scores_per_thread; /* tile * group * n_ctx scores + a row */
+    struct attention_scratch attn;
     int n_ctx;
     int head_dim;
     int group;             /* query heads per key/value head */
@@ -61,7 +70,13 @@ int backend_new(int n_threads, struct backend **out, struct kk_error *err)
     struct backend *be = calloc(1, sizeof *be);
     if (!be)
         return kk_fail(err, "out of memory");
+    be->prep_src = malloc(MATMUL_REUSE_FLOATS * sizeof(float));
+    if (!be->prep_src) {
+        free(be);
+        return kk_fail(err, "out of memory");
+    }
     if (pool_new(n_threads, &be->pool, err)) {
+        free(be->prep_src);
         free(be);
         return -1;
     }
@@ -78,7 +93,9 @@ void backend_free(struct backend *be)
         return;
     pool_free(be->pool);
     free(be->prep);
-    free(be->scores);
+    free(be->prep_src);
+    free(be->attn.per_thread);
+    free(be->attn.partials);
     free(be);
 }
 
@@ -115,6 +132,7 @@ int backend_reserve(struct backend *be, int max_tokens, int64_t max_cols,
         if (grow(&be->prep, need, err))
             return -1;
         be->prep_bytes = need;
+        be->prep_src_floats = 0;
         be->max_cols = cols;
         be->max_tokens = toks;
     }
@@ -122,11 +140,17 @@ int backend_reserve(struct backend *be, int max_tokens, int64_t max_cols,
         int ctx = n_ctx > be->n_ctx ? n_ctx : be->n_ctx;
         int hd = head_dim > be->head_dim ? head_dim : be->head_dim;
         int grp = group > be->group ? group : be->group;
-        size_t per = (size_t)ATTN_TILE * (size_t)grp * (size_t)ctx + (size_t)hd;
-        if (grow((void **)&be->scores,
+        size_t per = attention_scratch_floats(hd, grp);
+        if (grow((void **)&be->attn.per_thread,
                  (size_t)be->n_threads * per * sizeof(float), err))
             return -1;
-        be->scores_per_thread = per;
+        be->attn.thread_floats = per;
+        if (!be->attn.partials) {
+            if (grow((void **)&be->attn.partials,
+                     ATTN_PARTIAL_FLOATS * sizeof(float), err))
+                return -1;
+            be->attn.partial_floats = ATTN_PARTIAL_FLOATS;
+        }
         be->n_ctx = ctx;
         be->head_dim = hd;
         be->group = grp;
@@ -143,18 +167,56 @@ struct matmul_job {
     const float *x;
     float *y;
     int n;
-    int64_t chunk_rows;
+    int64_t bounds[MATMUL_TASKS_MAX + 1]; /* task i: rows bounds[i]..[i+1] */
 };
 
 static void matmul_task(void *ctx, int i, int thread)
 {
     const struct matmul_job *j = ctx;
-    int64_t r0 = (int64_t)i * j->chunk_rows;
-    int64_t r1 = r0 + j->chunk_rows;
-    if (r1 > j->w->n_rows)
-        r1 = j->w->n_rows;
-    matmul_rows(j->w->type, j->w->data, j->in, j->y, j->w->n_rows, r0, r1);
+    matmul_rows(j->w->type, j->w->data, j->in, j->y, j->w->n_rows,
+                j->bounds[i], j->bounds[i + 1]);
     (void)thread;
+}
+
+/* Fills bounds with shrinking row ranges (multiples of 8 rows, the
+ * kernels' row block); returns how many. */
+static int matmul_schedule(const struct weight *w, int n_threads,
+                           int64_t *bounds)
+{
+    int64_t tail = MATMUL_TAIL_BYTES / (int64_t)w->row_bytes;
+    tail = tail < 8 ? 8 : (tail + 7) / 8 * 8;
+    int k = 0;
+    bounds[0] = 0;
+    for (int64_t r = 0; r < w->n_rows;) {
+        int64_t left = w->n_rows - r;
+        int64_t size = (left / (2 * n_threads) + 7) / 8 * 8;
+        size = size < tail ? tail : size;
+        if (size > left || k == MATMUL_TASKS_MAX - 1)
+            size = left;
+        r += size;
+        bounds[++k] = r;
+    }
+    return k;
+}
+
+/* Prepares x for w into be->prep, unless it already holds exactly that. */
+static const struct matmul_input *prepare_input(struct backend *be,
+                                                const struct weight *w,
+                                                const float *x, int n)
+{
+    int64_t floats = (int64_t)n * w->n_cols;
+    if (floats == be->prep_src_floats && w->type == be->prep_type &&
+        w->n_cols == be->prep_in.n_cols &&
+        !memcmp(x, be->prep_src, (size_t)floats * sizeof(float)))
+        return &be->prep_in;
+    matmul_prepare(w->type, x, w->n_cols, n, be->prep, &be->prep_in);
+    be->prep_src_floats = 0;
+    if (floats <= MATMUL_REUSE_FLOATS) {
+        memcpy(be->prep_src, x, (size_t)floats * sizeof(float));
+        be->prep_src_floats = floats;
+        be->prep_type = w->type;
+    }
+    return &be->prep_in;
 }
 
 /* One tile of rows of an F32 matrix, multiplied with BLAS. */
@@ -181,15 +243,9 @@ void be_matmul(struct backend *be, const struct weight *w, const float *x,
         pool_run(be->pool, tiles, sgemm_task, &j);
         return;
     }
-    struct matmul_input in;
-    matmul_prepare(w->type, x, w->n_cols, n, be->prep, &in);
-    j.in = &in;
-    /* Aim for a few chunks per thread so uneven progress evens out. */
-    int64_t chunk = w->n_rows / (be->n_threads * 4);
-    chunk = chunk < MATMUL_CHUNK_ROWS ? MATMUL_CHUNK_ROWS : chunk;
-    chunk = (chunk + 3) / 4 * 4;
-    j.chunk_rows = chunk;
-    pool_run(be->pool, (int)((w->n_rows + chunk - 1) / chunk), matmul_task, &j);
+    j.in = prepare_input(be, w, x, n);
+    pool_run(be->pool, matmul_schedule(w, be->n_threads, j.bounds),
+             matmul_task, &j);
 }
 
 /* ---- cheap ops ---- */
@@ -318,190 +374,15 @@ void be_add(float *x, const float *y, int64_t count)
 
 /* ---- attention ---- */
 
-/* e^x for 8 floats (x <= 0 here: scores minus their maximum): Cephes'
- * degree-6 polynomial after a 2^n range reduction, within 2 ulp of expf. */
-static __m256 exp256(__m256 x)
-{
-    x = _mm256_max_ps(x, _mm256_set1_ps(-87.3f));
-    __m256 n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504f)),
-                               _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-    __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693359375f), x);
-    r = _mm256_fnmadd_ps(n, _mm256_set1_ps(-2.12194440e-4f), r);
-    __m256 p = _mm256_set1_ps(1.9875691500e-4f);
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.3981999507e-3f));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(8.3334519073e-3f));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(4.1665795894e-2f));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.6666665459e-1f));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(5.0000001201e-1f));
-    p = _mm256_fmadd_ps(p, _mm256_mul_ps(r, r), _mm256_add_ps(r, _mm256_set1_ps(1.0f)));
-    __m256i e = _mm256_slli_epi32(
-        _mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
-    return _mm256_mul_ps(p, _mm256_castsi256_ps(e));
-}
-
-static float hsum256(__m256 v)
-{
-    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v),
-                          _mm256_extractf128_ps(v, 1));
-    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-    s = _mm_add_ss(s, _mm_movehdup_ps(s));
-    return _mm_cvtss_f32(s);
-}
-
-static float dot_f32(const float *a, const float *b, int n)
-{
-    __m256 acc = _mm256_setzero_ps();
-    int i = 0;
-    for (; i + 8 <= n; i += 8)
-        acc = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i), acc);
-    float sum = hsum256(acc);
-    for (; i < n; i++)
-        sum += a[i] * b[i];
-    return sum;
-}
-
-static void axpy_f32(float *y, float a, const float *x, int n)
-{
-    const __m256 av = _mm256_set1_ps(a);
-    int i = 0;
-    for (; i + 8 <= n; i += 8)
-        _mm256_storeu_ps(y + i, _mm256_fmadd_ps(av, _mm256_loadu_ps(x + i),
-                                                _mm256_loadu_ps(y + i)));
-    for (; i < n; i++)
-        y[i] += a * x[i];
-}
-
-/* x[i] = e^(x[i] - max) for n values; returns their sum. */
-static double exp_shifted(float *x, int n, float max)
-{
-    const __m256 mv = _mm256_set1_ps(max);
-    double sum = 0.0;
-    int i = 0;
-    for (; i + 8 <= n; i += 8) {
-        __m256 e = exp256(_mm256_sub_ps(_mm256_loadu_ps(x + i), mv));
-        _mm256_storeu_ps(x + i, e);
-        sum += hsum256(e);
-    }
-    if (i < n) {
-        /* The tail through the same polynomial, so a value's exponential
-         * does not depend on where it falls in a vector. */
-        float tail[8] = {0};
-        for (int k = i; k < n; k++)
-            tail[k - i] = x[k] - max;
-        float e[8];
-        _mm256_storeu_ps(e, exp256(_mm256_loadu_ps(tail)));
-        for (int k = i; k < n; k++) {
-            x[k] = e[k - i];
-            sum += e[k - i];
-        }
-    }
-    return sum;
-}
-
-struct attention_job {
-    struct backend *be;
-    float *out;
-    const float *q;
-    const struct kv_cache *kv;
-    int il, n, pos0, n_head, n_head_kv, group, head_dim, window;
-    float scale;
-};
-
-/* Which positions query p sees: [0, sink_end) and [lo, p]. */
-struct visible {
-    int sink_end, lo, p;
-};
-
-static bool sees(const struct visible *v, int k)
-{
-    return k < v->sink_end || (k >= v->lo && k <= v->p);
-}
-
-/* Task i: a tile of up to ATTN_TILE consecutive query rows and one
- * key/value head g = i % n_head_kv, with the `group` query heads sharing it
- * (GQA). Every query does exactly the arithmetic it would do alone — the
- * same dot products, in the same order — so batched and token-by-token
- * evaluation agree to the bit. Scores of query r, head h sit at
- * s[(r * group + h) * n_ctx + position]. */
-static void attention_task(void *ctx, int i, int thread)
-{
-    const struct attention_job *j = ctx;
-    const struct kv_cache *kv = j->kv;
-    const int g = i % j->n_head_kv, t0 = (i / j->n_head_kv) * ATTN_TILE;
-    const int nt = j->n - t0 < ATTN_TILE ? j->n - t0 : ATTN_TILE;
-    const int d = j->head_dim, G = j->group, n_ctx = j->be->n_ctx;
-    struct visible vis[ATTN_TILE];
-    int first = INT32_MAX, last = 0, sinks = 0;
-    for (int r = 0; r < nt; r++) {
-        vis[r].p = j->pos0 + t0 + r;
-        kv_visible(&kv->layers[j->il], j->window, vis[r].p, &vis[r].sink_end,
-                   &vis[r].lo);
-        first = vis[r].lo < first ? vis[r].lo : first;
-        sinks = vis[r].sink_end > sinks ? vis[r].sink_end : sinks;
-        last = vis[r].p;
-    }
-    float *s = j->be->scores + (size_t)thread * j->be->scores_per_thread;
-    float *row = s + (size_t)ATTN_TILE * G * n_ctx;
-    float max[ATTN_TILE][MAX_GROUP];
-    double inv[ATTN_TILE][MAX_GROUP];
-    for (int r = 0; r < nt; r++)
-        for (int h = 0; h < G; h++)
-            max[r][h] = -INFINITY;
-    /* Keys in [0, sinks) and [first, last], each converted once. */
-    const int span[2][2] = {{0, sinks}, {first > sinks ? first : sinks, last + 1}};
-    for (int part = 0; part < 2; part++)
-    for (int k = span[part][0]; k < span[part][1]; k++) {
-        kv_load_head(kv, kv_key_row(kv, j->il, k), g * d, row);
-        for (int r = 0; r < nt; r++) {
-            if (!sees(&vis[r], k))
-                continue;
-            const float *q = j->q + ((int64_t)(t0 + r) * j->n_head +
-                                     (int64_t)g * G) * d;
-            for (int h = 0; h < G; h++) {
-                float x = dot_f32(q + h * d, row, d) * j->scale;
-                s[(size_t)(r * G + h) * n_ctx + k] = x;
-                max[r][h] = x > max[r][h] ? x : max[r][h];
-            }
-        }
-    }
-    for (int r = 0; r < nt; r++)
-        for (int h = 0; h < G; h++) {
-            float *sr = s + (size_t)(r * G + h) * n_ctx;
-            double sum = exp_shifted(sr, vis[r].sink_end, max[r][h]) +
-                         exp_shifted(sr + vis[r].lo, vis[r].p + 1 - vis[r].lo,
-                                     max[r][h]);
-            inv[r][h] = 1.0 / sum;
-        }
-    for (int r = 0; r < nt; r++)
-        memset(j->out + ((int64_t)(t0 + r) * j->n_head + (int64_t)g * G) * d, 0,
-               (size_t)G * d * sizeof(float));
-    for (int part = 0; part < 2; part++)
-    for (int k = span[part][0]; k < span[part][1]; k++) {
-        kv_load_head(kv, kv_value_row(kv, j->il, k), g * d, row);
-        for (int r = 0; r < nt; r++) {
-            if (!sees(&vis[r], k))
-                continue;
-            float *o = j->out + ((int64_t)(t0 + r) * j->n_head +
-                                 (int64_t)g * G) * d;
-            for (int h = 0; h < G; h++)
-                axpy_f32(o + h * d,
-                         (float)(s[(size_t)(r * G + h) * n_ctx + k] * inv[r][h]),
-                         row, d);
-        }
-    }
-}
-
 void be_attention(struct backend *be, float *out, const float *q,
                   const struct kv_cache *kv, int il, int n, int pos0,
                   int n_head, int n_head_kv, int head_dim, int window,
                   float scale)
 {
-    struct attention_job j = {
-        .be = be, .out = out, .q = q, .kv = kv, .il = il, .n = n,
-        .pos0 = pos0, .n_head = n_head, .n_head_kv = n_head_kv,
-        .group = n_head / n_head_kv, .head_dim = head_dim, .window = window,
-        .scale = scale,
+    const struct attention_args a = {
+        .out = out, .q = q, .kv = kv, .il = il, .n = n, .pos0 = pos0,
+        .n_head = n_head, .n_head_kv = n_head_kv, .head_dim = head_dim,
+        .window = window, .scale = scale,
     };
-    int tiles = (n + ATTN_TILE - 1) / ATTN_TILE;
-    pool_run(be->pool, tiles * n_head_kv, attention_task, &j);
+    attention_run(be->pool, &be->attn, &a);
 }
