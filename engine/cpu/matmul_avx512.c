@@ -244,7 +244,8 @@ INLINE void q8t_weights(uint32_t type, const uint8_t *row, int64_t nb,
 }
 
 /* Tiles [g0, g1) of row `row` for tokens t0 .. t0+nt-1, accumulating into
- * acc[t] (kept in memory between calls, so a row can be done in pieces). */
+ * acc[t] (kept in memory between calls, so a row can be done in pieces;
+ * the first piece starts from zero instead). */
 INLINE void q8t_row_tiles(uint32_t type, const uint8_t *row, int64_t nb,
                           const struct matmul_input *in, int t0, int nt,
                           int64_t g0, int64_t g1, __m512 *acc_mem)
@@ -254,7 +255,7 @@ INLINE void q8t_row_tiles(uint32_t type, const uint8_t *row, int64_t nb,
 #pragma GCC unroll 16
     for (int t = 0; t < nt; t++) {
         tiles[t] = q8_tiles(in, t0 + t);
-        acc[t] = acc_mem[t];
+        acc[t] = g0 == 0 ? _mm512_setzero_ps() : acc_mem[t];
     }
     const size_t bb = type == KK_Q8_0 ? 34 : 18;
     for (int64_t g = g0; g < g1; g++) {
@@ -299,9 +300,6 @@ INLINE void q8t_rows_group(uint32_t type, const uint8_t *w, size_t rb,
     chunk = chunk < 1 ? 1 : chunk;
     for (int64_t rr = r0; rr < r1; rr += Q8T_ROWS) {
         int nr = r1 - rr < Q8T_ROWS ? (int)(r1 - rr) : Q8T_ROWS;
-        for (int i = 0; i < nr; i++)
-            for (int t = 0; t < nt; t++)
-                acc[i][t] = _mm512_setzero_ps();
         for (int64_t g = 0; g < ng; g += chunk) {
             int64_t g1 = g + chunk < ng ? g + chunk : ng;
             for (int i = 0; i < nr; i++)
