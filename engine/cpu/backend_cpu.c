@@ -6,6 +6,7 @@
  * ggml's lookup table, and softmax sums in double. */
 #include "backend.h"
 
+#include <assert.h>
 #include <cblas.h>
 #include <immintrin.h>
 #include <math.h>
@@ -19,6 +20,7 @@
 #include "kv.h"
 #include "matmul.h"
 #include "quant.h"
+#include "simd_math.h"
 #include "threadpool.h"
 
 /* F32 weights with batches at least this large go through OpenBLAS sgemm:
@@ -279,22 +281,32 @@ void be_rmsnorm(float *y, const float *x, const float *weight, int n_groups,
     }
 }
 
+/* The most rotated pairs per head be_rope handles (n_rot / 2). */
+enum { ROPE_MAX_PAIRS = 512 };
+
 void be_rope(float *x, int n, int n_heads, int head_dim, int n_rot,
              const int32_t *pos, float base, enum rope_style style)
 {
     const float theta_scale = powf(base, -2.0f / (float)n_rot);
+    float cs[ROPE_MAX_PAIRS], sn[ROPE_MAX_PAIRS];
+    const int pairs = n_rot / 2;
+    assert(pairs <= ROPE_MAX_PAIRS);
     for (int t = 0; t < n; t++) {
+        /* every head of a position turns by the same angles */
+        float theta = (float)pos[t];
+        for (int i = 0; i < pairs; i++) {
+            cs[i] = cosf(theta);
+            sn[i] = sinf(theta);
+            theta *= theta_scale;
+        }
         for (int h = 0; h < n_heads; h++) {
             float *v = x + ((int64_t)t * n_heads + h) * head_dim;
-            float theta = (float)pos[t];
-            for (int i = 0; i < n_rot / 2; i++) {
-                float c = cosf(theta), s = sinf(theta);
+            for (int i = 0; i < pairs; i++) {
                 int a = style == ROPE_NORM ? 2 * i : i;
-                int b = style == ROPE_NORM ? 2 * i + 1 : i + n_rot / 2;
+                int b = style == ROPE_NORM ? 2 * i + 1 : i + pairs;
                 float x0 = v[a], x1 = v[b];
-                v[a] = x0 * c - x1 * s;
-                v[b] = x0 * s + x1 * c;
-                theta *= theta_scale;
+                v[a] = x0 * cs[i] - x1 * sn[i];
+                v[b] = x0 * sn[i] + x1 * cs[i];
             }
         }
     }
@@ -346,6 +358,14 @@ static __m256 gelu_lookup8(__m256 g)
     return _mm256_blendv_ps(a, g, hi);
 }
 
+/* SiLU, g / (1 + e^-g), for 8 values (the vector exp is within 2 ulp of
+ * expf; llama.cpp's SIMD path approximates it too). */
+static __m256 silu8(__m256 g)
+{
+    __m256 e = exp256(_mm256_sub_ps(_mm256_setzero_ps(), g));
+    return _mm256_div_ps(g, _mm256_add_ps(_mm256_set1_ps(1.0f), e));
+}
+
 void be_gated_act(float *out, const float *gate, const float *up,
                   int64_t count, bool use_gelu)
 {
@@ -360,9 +380,18 @@ void be_gated_act(float *out, const float *gate, const float *up,
             out[i] = gelu_lookup(gate[i]) * up[i];
         return;
     }
-    for (; i < count; i++) {
-        float g = gate[i];
-        out[i] = g / (1.0f + expf(-g)) * up[i];
+    for (; i + 8 <= count; i += 8)
+        _mm256_storeu_ps(out + i, _mm256_mul_ps(silu8(_mm256_loadu_ps(gate + i)),
+                                                _mm256_loadu_ps(up + i)));
+    if (i < count) {
+        /* the tail through the same vector code: a value's activation does
+         * not depend on where it falls */
+        float g[8] = {0}, a[8];
+        for (int64_t k = i; k < count; k++)
+            g[k - i] = gate[k];
+        _mm256_storeu_ps(a, silu8(_mm256_loadu_ps(g)));
+        for (int64_t k = i; k < count; k++)
+            out[k] = a[k - i] * up[k];
     }
 }
 
