@@ -35,6 +35,13 @@ int backend_reserve(struct backend *be, int max_tokens, int64_t max_cols,
 void be_matmul(struct backend *be, const struct weight *w, const float *x,
                int n, float *y);
 
+/* be_matmul for `count` matrices that multiply the same x (q, k and v;
+ * ffn gate and up) in one pass over the threads: y[i] = w[i] · x. The
+ * results are those of separate be_matmul calls. */
+void be_matmul_multi(struct backend *be, int count,
+                     const struct weight *const *w, const float *x, int n,
+                     float *const *y);
+
 /* Embedding rows of `tokens`, times scale, into x (width w->n_cols). */
 void be_embed(const struct weight *w, const int32_t *tokens, int n,
               float scale, float *x);

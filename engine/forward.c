@@ -114,9 +114,8 @@ static void attention_block(struct forward *f, struct kv_cache *kv, int il,
     const struct layer *L = &f->m->layers[il];
     const int hd = hp->head_dim, kv_dim = hp->n_head_kv * hd;
 
-    be_matmul(f->be, &L->wq, f->h, n, f->q);
-    be_matmul(f->be, &L->wk, f->h, n, f->k);
-    be_matmul(f->be, &L->wv, f->h, n, f->v);
+    const struct weight *qkv[] = {&L->wq, &L->wk, &L->wv};
+    be_matmul_multi(f->be, 3, qkv, f->h, n, (float *[]){f->q, f->k, f->v});
     add_bias(f->q, L->bq, n, hp->n_head * hd);
     add_bias(f->k, L->bk, n, kv_dim);
     add_bias(f->v, L->bv, n, kv_dim);
@@ -142,8 +141,8 @@ static void ffn_block(struct forward *f, int il, int n)
 {
     const struct model_hparams *hp = &f->m->hp;
     const struct layer *L = &f->m->layers[il];
-    be_matmul(f->be, &L->ffn_gate, f->h, n, f->gate);
-    be_matmul(f->be, &L->ffn_up, f->h, n, f->up);
+    const struct weight *gate_up[] = {&L->ffn_gate, &L->ffn_up};
+    be_matmul_multi(f->be, 2, gate_up, f->h, n, (float *[]){f->gate, f->up});
     be_gated_act(f->gate, f->gate, f->up, (int64_t)n * hp->n_ff, hp->uses_gelu);
     be_matmul(f->be, &L->ffn_down, f->gate, n, f->o);
     if (L->post_ffn_norm)

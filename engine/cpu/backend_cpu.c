@@ -162,35 +162,49 @@ int backend_reserve(struct backend *be, int max_tokens, int64_t max_cols,
 
 /* ---- matmul ---- */
 
+/* Matrices of one dispatch, stacked: part p's rows are rows
+ * first_row[p] .. first_row[p + 1] of the stack. */
+enum { MATMUL_MAX_PARTS = 4 };
+
 struct matmul_job {
     struct backend *be;
-    const struct weight *w;
     const struct matmul_input *in;
     const float *x;
-    float *y;
     int n;
-    int64_t bounds[MATMUL_TASKS_MAX + 1]; /* task i: rows bounds[i]..[i+1] */
+    int parts;
+    const struct weight *w[MATMUL_MAX_PARTS];
+    float *y[MATMUL_MAX_PARTS];
+    int64_t first_row[MATMUL_MAX_PARTS + 1];
+    int64_t bounds[MATMUL_TASKS_MAX + 1]; /* task i: stacked rows
+                                              bounds[i] .. bounds[i + 1] */
 };
 
 static void matmul_task(void *ctx, int i, int thread)
 {
     const struct matmul_job *j = ctx;
-    matmul_rows(j->w->type, j->w->data, j->in, j->y, j->w->n_rows,
-                j->bounds[i], j->bounds[i + 1]);
+    for (int p = 0; p < j->parts; p++) {
+        int64_t base = j->first_row[p];
+        int64_t r0 = j->bounds[i] > base ? j->bounds[i] : base;
+        int64_t r1 = j->bounds[i + 1] < j->first_row[p + 1]
+                         ? j->bounds[i + 1] : j->first_row[p + 1];
+        if (r0 < r1)
+            matmul_rows(j->w[p]->type, j->w[p]->data, j->in, j->y[p],
+                        j->w[p]->n_rows, r0 - base, r1 - base);
+    }
     (void)thread;
 }
 
 /* Fills bounds with shrinking row ranges (multiples of 8 rows, the
  * kernels' row block); returns how many. */
-static int matmul_schedule(const struct weight *w, int n_threads,
+static int matmul_schedule(int64_t n_rows, size_t row_bytes, int n_threads,
                            int64_t *bounds)
 {
-    int64_t tail = MATMUL_TAIL_BYTES / (int64_t)w->row_bytes;
+    int64_t tail = MATMUL_TAIL_BYTES / (int64_t)row_bytes;
     tail = tail < 8 ? 8 : (tail + 7) / 8 * 8;
     int k = 0;
     bounds[0] = 0;
-    for (int64_t r = 0; r < w->n_rows;) {
-        int64_t left = w->n_rows - r;
+    for (int64_t r = 0; r < n_rows;) {
+        int64_t left = n_rows - r;
         int64_t size = (left / (2 * n_threads) + 7) / 8 * 8;
         size = size < tail ? tail : size;
         if (size > left || k == MATMUL_TASKS_MAX - 1)
@@ -226,27 +240,55 @@ static void sgemm_task(void *ctx, int i, int thread)
 {
     (void)thread;
     const struct matmul_job *j = ctx;
-    const struct weight *w = j->w;
+    const struct weight *w = j->w[0];
     int64_t r0 = (int64_t)i * SGEMM_TILE_ROWS;
     int64_t rows = w->n_rows - r0 < SGEMM_TILE_ROWS ? w->n_rows - r0
                                                     : SGEMM_TILE_ROWS;
     const float *tile = (const float *)w->data + r0 * w->n_cols;
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, j->n, (int)rows,
                 (int)w->n_cols, 1.0f, j->x, (int)w->n_cols, tile,
-                (int)w->n_cols, 0.0f, j->y + r0, (int)w->n_rows);
+                (int)w->n_cols, 0.0f, j->y[0] + r0, (int)w->n_rows);
 }
 
 void be_matmul(struct backend *be, const struct weight *w, const float *x,
                int n, float *y)
 {
-    struct matmul_job j = {.be = be, .w = w, .x = x, .y = y, .n = n};
+    struct matmul_job j = {.be = be, .x = x, .n = n, .parts = 1,
+                           .w = {w}, .y = {y}, .first_row = {0, w->n_rows}};
     if (n >= SGEMM_MIN_TOKENS && w->type == KK_F32) {
         int tiles = (int)((w->n_rows + SGEMM_TILE_ROWS - 1) / SGEMM_TILE_ROWS);
         pool_run(be->pool, tiles, sgemm_task, &j);
         return;
     }
     j.in = prepare_input(be, w, x, n);
-    pool_run(be->pool, matmul_schedule(w, be->n_threads, j.bounds),
+    pool_run(be->pool, matmul_schedule(w->n_rows, w->row_bytes, be->n_threads,
+                                       j.bounds),
+             matmul_task, &j);
+}
+
+void be_matmul_multi(struct backend *be, int count,
+                     const struct weight *const *w, const float *x, int n,
+                     float *const *y)
+{
+    bool is_stackable = count <= MATMUL_MAX_PARTS &&
+                        !(n >= SGEMM_MIN_TOKENS && w[0]->type == KK_F32);
+    for (int p = 1; p < count && is_stackable; p++)
+        is_stackable = w[p]->type == w[0]->type &&
+                       w[p]->n_cols == w[0]->n_cols;
+    if (!is_stackable) {
+        for (int p = 0; p < count; p++)
+            be_matmul(be, w[p], x, n, y[p]);
+        return;
+    }
+    struct matmul_job j = {.be = be, .x = x, .n = n, .parts = count};
+    for (int p = 0; p < count; p++) {
+        j.w[p] = w[p];
+        j.y[p] = y[p];
+        j.first_row[p + 1] = j.first_row[p] + w[p]->n_rows;
+    }
+    j.in = prepare_input(be, w[0], x, n);
+    pool_run(be->pool, matmul_schedule(j.first_row[count], w[0]->row_bytes,
+                                       be->n_threads, j.bounds),
              matmul_task, &j);
 }
 
