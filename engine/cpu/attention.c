@@ -209,6 +209,29 @@ static void load_rows(const struct attention_args *a, bool values, int g,
         memset(buf + (size_t)k * d, 0, (size_t)(b1 - k) * d * sizeof(float));
 }
 
+/* All-ones lanes for the positions p .. p+7 in sink or win. */
+static __m256 seen8(int p, struct span sink, struct span win)
+{
+    const __m256i pv = _mm256_add_epi32(_mm256_set1_epi32(p),
+                                        _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+    /* lo <= p < hi as lo - 1 < p and hi > p */
+    __m256i in_sink = _mm256_and_si256(
+        _mm256_cmpgt_epi32(pv, _mm256_set1_epi32(sink.lo - 1)),
+        _mm256_cmpgt_epi32(_mm256_set1_epi32(sink.hi), pv));
+    __m256i in_win = _mm256_and_si256(
+        _mm256_cmpgt_epi32(pv, _mm256_set1_epi32(win.lo - 1)),
+        _mm256_cmpgt_epi32(_mm256_set1_epi32(win.hi), pv));
+    return _mm256_castsi256_ps(_mm256_or_si256(in_sink, in_win));
+}
+
+static float hmax256(__m256 v)
+{
+    __m128 m = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    m = _mm_max_ps(m, _mm_movehl_ps(m, m));
+    m = _mm_max_ss(m, _mm_movehdup_ps(m));
+    return _mm_cvtss_f32(m);
+}
+
 /* Scores of one query head over slots [b0, b1) into s (by slot), then
  * e^(s - m) for the slots the row sees (both spans relative to c0) and 0
  * elsewhere. Writes m and l into part; m = -inf when it sees none. */
@@ -216,24 +239,20 @@ static void chunk_scores(const float *q, const float *kbuf, int d, float scale,
                          int c0, struct span sink, struct span win, int b0,
                          int b1, float *s, float *part)
 {
-    const __m256 vscale = _mm256_set1_ps(scale);
-    for (int k = b0; k < b1; k += 8)
-        _mm256_storeu_ps(s + k, _mm256_mul_ps(dot8(q, kbuf + (size_t)k * d, d),
-                                              vscale));
-    float m = -INFINITY;
-    for (int k = b0; k < b1; k++) {
-        int p = c0 + k;
-        bool seen = (p >= sink.lo && p < sink.hi) || (p >= win.lo && p < win.hi);
-        if (!seen)
-            s[k] = -INFINITY;
-        else if (s[k] > m)
-            m = s[k];
+    const __m256 vscale = _mm256_set1_ps(scale), ninf = _mm256_set1_ps(-INFINITY);
+    __m256 mv = ninf;
+    for (int k = b0; k < b1; k += 8) {
+        __m256 x = _mm256_mul_ps(dot8(q, kbuf + (size_t)k * d, d), vscale);
+        x = _mm256_blendv_ps(ninf, x, seen8(c0 + k, sink, win));
+        _mm256_storeu_ps(s + k, x);
+        mv = _mm256_max_ps(mv, x);
     }
+    float m = hmax256(mv);
     part[PART_M] = m;
     part[PART_L] = 0.0f;
     if (m == -INFINITY)
         return;
-    const __m256 mv = _mm256_set1_ps(m), ninf = _mm256_set1_ps(-INFINITY);
+    mv = _mm256_set1_ps(m);
     __m256 sum = _mm256_setzero_ps();
     for (int k = b0; k < b1; k += 8) {
         __m256 x = _mm256_loadu_ps(s + k);

@@ -308,17 +308,40 @@ void be_embed(const struct weight *w, const int32_t *tokens, int n,
     }
 }
 
+/* Sum of squares of n floats, in double (as llama.cpp sums): four lanes
+ * of doubles, then the lanes pairwise, then a scalar tail. */
+static double sum_squares(const float *x, int n)
+{
+    __m256d a0 = _mm256_setzero_pd(), a1 = _mm256_setzero_pd();
+    int i = 0;
+    for (; i + 8 <= n; i += 8) {
+        __m256d lo = _mm256_cvtps_pd(_mm_loadu_ps(x + i));
+        __m256d hi = _mm256_cvtps_pd(_mm_loadu_ps(x + i + 4));
+        a0 = _mm256_fmadd_pd(lo, lo, a0); /* exact: float * float fits */
+        a1 = _mm256_fmadd_pd(hi, hi, a1);
+    }
+    __m256d a = _mm256_add_pd(a0, a1);
+    __m128d h = _mm_add_pd(_mm256_castpd256_pd128(a), _mm256_extractf128_pd(a, 1));
+    double sum = _mm_cvtsd_f64(_mm_add_sd(h, _mm_unpackhi_pd(h, h)));
+    for (; i < n; i++)
+        sum += (double)x[i] * x[i];
+    return sum;
+}
+
 void be_rmsnorm(float *y, const float *x, const float *weight, int n_groups,
                 int dim, float eps)
 {
     for (int g = 0; g < n_groups; g++) {
         const float *xr = x + (int64_t)g * dim;
         float *yr = y + (int64_t)g * dim;
-        double sum = 0.0;
-        for (int i = 0; i < dim; i++)
-            sum += (double)xr[i] * xr[i];
-        float scale = 1.0f / sqrtf((float)(sum / dim) + eps);
-        for (int i = 0; i < dim; i++)
+        float scale = 1.0f / sqrtf((float)(sum_squares(xr, dim) / dim) + eps);
+        const __m256 sv = _mm256_set1_ps(scale);
+        int i = 0;
+        for (; i + 8 <= dim; i += 8)
+            _mm256_storeu_ps(yr + i, _mm256_mul_ps(_mm256_mul_ps(
+                                                       _mm256_loadu_ps(xr + i), sv),
+                                                   _mm256_loadu_ps(weight + i)));
+        for (; i < dim; i++)
             yr[i] = xr[i] * scale * weight[i];
     }
 }
@@ -326,21 +349,78 @@ void be_rmsnorm(float *y, const float *x, const float *weight, int n_groups,
 /* The most rotated pairs per head be_rope handles (n_rot / 2). */
 enum { ROPE_MAX_PAIRS = 512 };
 
+/* be_rope turns q and k of every layer by the same angles, one or two sets
+ * per model (bases): the angles of recent positions are kept, per thread,
+ * in a small direct-mapped table (heads up to 128 wide). */
+enum { ROPE_CACHE_SLOTS = 64, ROPE_CACHE_PAIRS = 64 };
+
+struct rope_angles {
+    float base;
+    int n_rot;
+    int32_t pos;           /* -1: empty */
+    float cs[ROPE_CACHE_PAIRS], sn[ROPE_CACHE_PAIRS];
+};
+
+static _Thread_local struct rope_angles rope_cache[ROPE_CACHE_SLOTS];
+static _Thread_local bool rope_cache_ready;
+
+static void rope_compute(int32_t pos, int pairs, float theta_scale, float *cs,
+                         float *sn)
+{
+    float theta = (float)pos;
+    for (int i = 0; i < pairs; i++) {
+        cs[i] = cosf(theta);
+        sn[i] = sinf(theta);
+        theta *= theta_scale;
+    }
+}
+
+/* The cos/sin of position pos's angles: from the table, or computed into
+ * cs_buf/sn_buf (and kept when they fit). */
+static void rope_angles_of(int32_t pos, int n_rot, float base,
+                           float theta_scale, float *cs_buf, float *sn_buf,
+                           const float **cs, const float **sn)
+{
+    const int pairs = n_rot / 2;
+    if (pairs > ROPE_CACHE_PAIRS) {
+        rope_compute(pos, pairs, theta_scale, cs_buf, sn_buf);
+        *cs = cs_buf;
+        *sn = sn_buf;
+        return;
+    }
+    if (!rope_cache_ready) {
+        for (int i = 0; i < ROPE_CACHE_SLOTS; i++)
+            rope_cache[i].pos = -1;
+        rope_cache_ready = true;
+    }
+    uint32_t base_bits;
+    memcpy(&base_bits, &base, sizeof base_bits);
+    struct rope_angles *e =
+        &rope_cache[((uint32_t)pos ^ base_bits ^ (base_bits >> 16)) %
+                    ROPE_CACHE_SLOTS];
+    if (e->pos != pos || e->n_rot != n_rot ||
+        memcmp(&e->base, &base, sizeof base)) {
+        rope_compute(pos, pairs, theta_scale, e->cs, e->sn);
+        e->pos = pos;
+        e->n_rot = n_rot;
+        e->base = base;
+    }
+    *cs = e->cs;
+    *sn = e->sn;
+}
+
 void be_rope(float *x, int n, int n_heads, int head_dim, int n_rot,
              const int32_t *pos, float base, enum rope_style style)
 {
     const float theta_scale = powf(base, -2.0f / (float)n_rot);
-    float cs[ROPE_MAX_PAIRS], sn[ROPE_MAX_PAIRS];
+    float cs_buf[ROPE_MAX_PAIRS], sn_buf[ROPE_MAX_PAIRS];
     const int pairs = n_rot / 2;
     assert(pairs <= ROPE_MAX_PAIRS);
     for (int t = 0; t < n; t++) {
         /* every head of a position turns by the same angles */
-        float theta = (float)pos[t];
-        for (int i = 0; i < pairs; i++) {
-            cs[i] = cosf(theta);
-            sn[i] = sinf(theta);
-            theta *= theta_scale;
-        }
+        const float *cs, *sn;
+        rope_angles_of(pos[t], n_rot, base, theta_scale, cs_buf, sn_buf, &cs,
+                       &sn);
         for (int h = 0; h < n_heads; h++) {
             float *v = x + ((int64_t)t * n_heads + h) * head_dim;
             for (int i = 0; i < pairs; i++) {
