@@ -3,7 +3,11 @@
  * Numerics follow llama.cpp's CPU backend where it matters for agreement
  * with the golden logits: RMSNorm sums in double, RoPE advances theta by
  * repeated multiplication in float, GELU goes through fp16 rounding like
- * ggml's lookup table, and softmax sums in double. */
+ * ggml's lookup table. Attention (attention.c) folds per-chunk softmax
+ * partials in float; the golden differences stay at the 1e-6 level.
+ *
+ * Threads: matmuls and attention run on the pool; the other ops run on the
+ * calling thread, so they are vectorised rather than spread. */
 #include "backend.h"
 
 #include <assert.h>
