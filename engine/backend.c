@@ -107,6 +107,13 @@ void be_matmul(struct backend *be, const struct weight *w,
     be->ops->matmul(be, w, x, n, y);
 }
 
+void be_matmul_multi(struct backend *be, int count,
+                     const struct weight *const *w, const struct be_tensor *x,
+                     int n, struct be_tensor *const *y)
+{
+    be->ops->matmul_multi(be, count, w, x, n, y);
+}
+
 void be_copy_rows(struct backend *be, struct be_tensor *dst,
                   const struct be_tensor *src, int row0, int n)
 {

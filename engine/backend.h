@@ -103,6 +103,13 @@ void be_embed(struct backend *be, const struct weight *w,
 void be_matmul(struct backend *be, const struct weight *w,
                const struct be_tensor *x, int n, struct be_tensor *y);
 
+/* be_matmul for `count` (at most 4) matrices that multiply the same x (q,
+ * k and v; ffn gate and up): y[i] = w[i] · x, the results of separate
+ * be_matmul calls, in one pass over the threads. */
+void be_matmul_multi(struct backend *be, int count,
+                     const struct weight *const *w, const struct be_tensor *x,
+                     int n, struct be_tensor *const *y);
+
 /* Copies rows row0 .. row0+n-1 of src to rows 0 .. n-1 of dst. */
 void be_copy_rows(struct backend *be, struct be_tensor *dst,
                   const struct be_tensor *src, int row0, int n);

@@ -34,6 +34,10 @@ struct backend_ops {
                   struct be_tensor *x);
     void (*matmul)(struct backend *be, const struct weight *w,
                    const struct be_tensor *x, int n, struct be_tensor *y);
+    void (*matmul_multi)(struct backend *be, int count,
+                         const struct weight *const *w,
+                         const struct be_tensor *x, int n,
+                         struct be_tensor *const *y);
     void (*copy_rows)(struct backend *be, struct be_tensor *dst,
                       const struct be_tensor *src, int row0, int n);
     void (*rmsnorm)(struct backend *be, struct be_tensor *y,

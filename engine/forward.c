@@ -103,9 +103,9 @@ static void attention_block(struct forward *f, struct kv_cache *kv, int il,
     const int hd = hp->head_dim, kv_dim = hp->n_head_kv * hd;
     struct backend *be = f->be;
 
-    be_matmul(be, &L->wq, f->h, n, f->q);
-    be_matmul(be, &L->wk, f->h, n, f->k);
-    be_matmul(be, &L->wv, f->h, n, f->v);
+    const struct weight *qkv[] = {&L->wq, &L->wk, &L->wv};
+    be_matmul_multi(be, 3, qkv, f->h, n,
+                    (struct be_tensor *const[]){f->q, f->k, f->v});
     if (L->bq)
         be_add_row(be, f->q, L->bq, n, hp->n_head * hd);
     if (L->bk)
@@ -138,8 +138,9 @@ static void ffn_block(struct forward *f, int il, int n)
     const struct model_hparams *hp = &f->m->hp;
     const struct layer *L = &f->m->layers[il];
     struct backend *be = f->be;
-    be_matmul(be, &L->ffn_gate, f->h, n, f->gate);
-    be_matmul(be, &L->ffn_up, f->h, n, f->up);
+    const struct weight *gate_up[] = {&L->ffn_gate, &L->ffn_up};
+    be_matmul_multi(be, 2, gate_up, f->h, n,
+                    (struct be_tensor *const[]){f->gate, f->up});
     be_gated_act(be, f->gate, f->up, (int64_t)n * hp->n_ff, hp->uses_gelu);
     be_matmul(be, &L->ffn_down, f->gate, n, f->o);
     if (L->post_ffn_norm)

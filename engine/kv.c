@@ -162,8 +162,15 @@ static void store_row(const struct kv_cache *kv, uint8_t *dst, const float *x)
         memcpy(dst, x, (size_t)kv->kv_dim * sizeof(float));
         return;
     case KV_F16: {
+        /* F16C rounds to nearest even, as f32_to_fp16 does */
         uint16_t *h = (uint16_t *)dst;
-        for (int i = 0; i < kv->kv_dim; i++)
+        int i = 0;
+        for (; i + 8 <= kv->kv_dim; i += 8)
+            _mm_storeu_si128((__m128i *)(h + i),
+                             _mm256_cvtps_ph(_mm256_loadu_ps(x + i),
+                                             _MM_FROUND_TO_NEAREST_INT |
+                                                 _MM_FROUND_NO_EXC));
+        for (; i < kv->kv_dim; i++)
             h[i] = f32_to_fp16(x[i]);
         return;
     }
@@ -291,6 +298,64 @@ void kv_load_head(const struct kv_cache *kv, const uint8_t *row, int off,
             const int8_t *q = (const int8_t *)(blk + 2);
             for (int j = 0; j < B; j++)
                 out[j] = scale * (float)q[j];
+        }
+    }
+}
+
+/* Rows ahead that kv_load_heads asks the cache for: one head's slice of
+ * consecutive rows is a few hundred bytes apart. */
+enum { LOAD_PREFETCH = 8 };
+
+static void load_head_f16(const uint16_t *h, int d, float *out)
+{
+    int i = 0;
+    for (; i + 8 <= d; i += 8)
+        _mm256_storeu_ps(out + i, _mm256_cvtph_ps(
+                                      _mm_loadu_si128((const __m128i *)(h + i))));
+    for (; i < d; i++)
+        out[i] = fp16_to_f32(h[i]);
+}
+
+/* The end of the run of positions from p (before p1) whose rows lie one
+ * after another in memory: a ring wraps, and the staged batch lives apart. */
+static int contiguous_end(const struct kv_cache *kv, int il, int p, int p1)
+{
+    const struct kv_layer *L = &kv->layers[il];
+    if (kv_is_staged(kv, il, p))
+        return p1 < kv->stage_pos0 + kv->stage_n ? p1 : kv->stage_pos0 + kv->stage_n;
+    int end = p1;
+    if (il == kv->stage_layer && kv->stage_pos0 > p && kv->stage_pos0 < end)
+        end = kv->stage_pos0;
+    int slot_end = L->capacity;
+    if (L->policy == KV_SINK_WINDOW && p < L->n_sink)
+        slot_end = L->n_sink;
+    if (L->policy != KV_FULL) {
+        int left = slot_end - kv_slot(L, p);
+        end = p + left < end ? p + left : end;
+    }
+    return end;
+}
+
+void kv_load_heads(const struct kv_cache *kv, int il, bool values, int p0,
+                   int p1, int off, float *out, size_t out_stride)
+{
+    const size_t rb = kv->row_bytes;
+    const size_t head_bytes = (size_t)kv->head_dim *
+                              (kv->type == KV_F32 ? 4 : kv->type == KV_F16 ? 2 : 1);
+    const size_t head_at = (size_t)off * head_bytes / (size_t)kv->head_dim;
+    for (int p = p0; p < p1;) {
+        int end = contiguous_end(kv, il, p, p1);
+        const uint8_t *row = values ? kv_value_row(kv, il, p)
+                                    : kv_key_row(kv, il, p);
+        for (; p < end; p++, row += rb, out += out_stride) {
+            if (p + LOAD_PREFETCH < end)
+                for (size_t b = 0; b < head_bytes; b += 64)
+                    _mm_prefetch((const char *)row + LOAD_PREFETCH * rb +
+                                     head_at + b, _MM_HINT_T0);
+            if (kv->type == KV_F16)
+                load_head_f16((const uint16_t *)row + off, kv->head_dim, out);
+            else
+                kv_load_head(kv, row, off, out);
         }
     }
 }

@@ -154,6 +154,12 @@ void kv_visible(const struct kv_layer *L, int model_window, int p,
 void kv_load_head(const struct kv_cache *kv, const uint8_t *row, int off,
                   float *out);
 
+/* kv_load_head for the keys (or values) of positions [p0, p1) of layer il,
+ * into out, out_stride floats apart: what attention converts per chunk,
+ * without a call and a slot lookup per row. */
+void kv_load_heads(const struct kv_cache *kv, int il, bool values, int p0,
+                   int p1, int off, float *out, size_t out_stride);
+
 static inline bool kv_is_staged(const struct kv_cache *kv, int il, int pos)
 {
     return il == kv->stage_layer && pos >= kv->stage_pos0 &&

@@ -4,20 +4,27 @@
  * Numerics follow llama.cpp's CPU backend where it matters for agreement
  * with the golden logits: RMSNorm sums in double, RoPE advances theta by
  * repeated multiplication in float, GELU goes through fp16 rounding like
- * ggml's lookup table, and softmax sums in double. */
+ * ggml's lookup table. Attention (attention.c) folds per-chunk softmax
+ * partials in float; the golden differences stay at the 1e-6 level.
+ *
+ * Threads: matmuls and attention run on the pool; the other ops run on the
+ * calling thread, so they are vectorised rather than spread. */
 #include "backend_impl.h"
 
+#include <assert.h>
 #include <cblas.h>
 #include <immintrin.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "attention.h"
 #include "dtype.h"
 #include "error.h"
 #include "kv.h"
 #include "matmul.h"
 #include "quant.h"
+#include "simd_math.h"
 #include "threadpool.h"
 
 /* F32 weights with batches at least this large go through OpenBLAS sgemm:
@@ -29,17 +36,33 @@
  * logits by ~0.1 away from the reference. */
 enum { SGEMM_MIN_TOKENS = 32, SGEMM_TILE_ROWS = 64 };
 
-/* Row chunks handed to threads: small enough to balance, large enough to
- * amortise dispatch. */
-enum { MATMUL_CHUNK_ROWS = 16 };
+/* Row ranges handed to threads shrink as a matmul proceeds (guided
+ * scheduling): big ones first to amortise claiming, then smaller ones down
+ * to about MATMUL_TAIL_BYTES of weights, so the threads finish within a
+ * microsecond or so of each other. At most MATMUL_TASKS_MAX ranges. */
+enum { MATMUL_TAIL_BYTES = 24 * 1024, MATMUL_TASKS_MAX = 64 };
 
-/* Query heads sharing one key/value head (GQA) that attention handles at
- * once; the model loader refuses larger groups. */
-enum { MAX_GROUP = 64 };
+/* The q, k and v projections (and ffn gate and up) multiply the same
+ * activations: the prepared form of the last input up to this many floats
+ * is kept, with a copy of the input to recognise it. */
+enum { MATMUL_REUSE_FLOATS = 64 * 1024 };
 
-/* Queries of one batch that attention handles together: each key and value
- * row is converted once for all of them (prefill, verification). */
-enum { ATTN_TILE = 8 };
+/* Chunk partials attention may keep for a step it spreads over the
+ * threads (attention.h): 4 MiB, enough for a 17-token verify of a
+ * 15-head model at 1,000 positions; larger steps run one task per tile. */
+enum { ATTN_PARTIAL_FLOATS = 1 << 20 };
+
+/* Distinct RoPE tables one pass may use (gemma3 has two bases). */
+enum { MAX_ROPE_TABLES = 4 };
+
+/* The angles of this pass's positions for one base (rope_angles' layout:
+ * cos, sin per pair, n_rot floats per position), made on first use: every
+ * layer turns q and k by the same angles. */
+struct rope_table {
+    float base;
+    int n_rot;
+    float *cs;             /* max_tokens * head_dim floats */
+};
 
 struct cpu_backend {
     struct backend base;   /* first: a struct backend * points here */
@@ -47,13 +70,24 @@ struct cpu_backend {
     int n_threads;
     void *prep;            /* prepared activations of the current matmul */
     size_t prep_bytes;
+    /* What prep holds, when reusable: the input it was made from and how. */
+    float *prep_src;       /* MATMUL_REUSE_FLOATS */
+    int64_t prep_src_floats; /* 0: nothing reusable */
+    uint32_t prep_type;
+    struct matmul_input prep_in;
     int64_t max_cols;
-    float *scores;         /* per thread: scores_per_thread floats */
-    size_t scores_per_thread; /* tile * group * n_ctx scores + a row */
+    struct attention_scratch attn;
     int n_ctx;
     int head_dim;
     int group;             /* query heads per key/value head */
     int max_tokens;
+    struct rope_table rope[MAX_ROPE_TABLES];
+    size_t rope_floats;    /* capacity of each table */
+    int n_rope;            /* tables filled in this pass */
+    /* GELU as ggml looks it up: fp16(gelu(h)) for every fp16 h (one entry
+     * more, so a 32-bit gather of the last stays inside); made on first
+     * use. */
+    uint16_t *gelu_table;
 };
 
 static const struct backend_ops cpu_ops;
@@ -70,7 +104,13 @@ int backend_cpu_new(int n_threads, struct backend **out, struct kk_error *err)
     if (!be)
         return kk_fail(err, "out of memory");
     be->base.ops = &cpu_ops;
+    be->prep_src = malloc(MATMUL_REUSE_FLOATS * sizeof(float));
+    if (!be->prep_src) {
+        free(be);
+        return kk_fail(err, "out of memory");
+    }
     if (pool_new(n_threads, &be->pool, err)) {
+        free(be->prep_src);
         free(be);
         return -1;
     }
@@ -86,7 +126,12 @@ static void cpu_free(struct backend *base)
     struct cpu_backend *be = cpu(base);
     pool_free(be->pool);
     free(be->prep);
-    free(be->scores);
+    free(be->prep_src);
+    free(be->attn.per_thread);
+    free(be->attn.partials);
+    for (int i = 0; i < MAX_ROPE_TABLES; i++)
+        free(be->rope[i].cs);
+    free(be->gelu_table);
     free(be);
 }
 
@@ -130,7 +175,9 @@ static int cpu_reserve(struct backend *base, int max_tokens, int64_t max_cols,
         }
         if (grow(&be->prep, need, err))
             return -1;
+
         be->prep_bytes = need;
+        be->prep_src_floats = 0;
         be->max_cols = cols;
         be->max_tokens = toks;
     }
@@ -138,39 +185,104 @@ static int cpu_reserve(struct backend *base, int max_tokens, int64_t max_cols,
         int ctx = n_ctx > be->n_ctx ? n_ctx : be->n_ctx;
         int hd = head_dim > be->head_dim ? head_dim : be->head_dim;
         int grp = group > be->group ? group : be->group;
-        size_t per = (size_t)ATTN_TILE * (size_t)grp * (size_t)ctx + (size_t)hd;
-        if (grow((void **)&be->scores,
+        size_t per = attention_scratch_floats(hd, grp);
+        if (grow((void **)&be->attn.per_thread,
                  (size_t)be->n_threads * per * sizeof(float), err))
             return -1;
-        be->scores_per_thread = per;
+        be->attn.thread_floats = per;
+        if (!be->attn.partials) {
+            if (grow((void **)&be->attn.partials,
+                     ATTN_PARTIAL_FLOATS * sizeof(float), err))
+                return -1;
+            be->attn.partial_floats = ATTN_PARTIAL_FLOATS;
+        }
         be->n_ctx = ctx;
         be->head_dim = hd;
         be->group = grp;
+    }
+    size_t rope = (size_t)be->max_tokens * (size_t)be->head_dim;
+    if (rope > be->rope_floats) {
+        for (int k = 0; k < MAX_ROPE_TABLES; k++)
+            if (grow((void **)&be->rope[k].cs, rope * sizeof(float), err))
+                return -1;
+        be->rope_floats = rope;
     }
     return 0;
 }
 
 /* ---- matmul ---- */
 
+/* Matrices of one dispatch, stacked: part p's rows are rows
+ * first_row[p] .. first_row[p + 1] of the stack. */
+enum { MATMUL_MAX_PARTS = 4 };
+
 struct matmul_job {
     struct cpu_backend *be;
-    const struct weight *w;
     const struct matmul_input *in;
     const float *x;
-    float *y;
     int n;
-    int64_t chunk_rows;
+    int parts;
+    const struct weight *w[MATMUL_MAX_PARTS];
+    float *y[MATMUL_MAX_PARTS];
+    int64_t first_row[MATMUL_MAX_PARTS + 1];
+    int64_t bounds[MATMUL_TASKS_MAX + 1]; /* task i: stacked rows
+                                              bounds[i] .. bounds[i + 1] */
 };
 
 static void matmul_task(void *ctx, int i, int thread)
 {
     const struct matmul_job *j = ctx;
-    int64_t r0 = (int64_t)i * j->chunk_rows;
-    int64_t r1 = r0 + j->chunk_rows;
-    if (r1 > j->w->n_rows)
-        r1 = j->w->n_rows;
-    matmul_rows(j->w->type, j->w->data, j->in, j->y, j->w->n_rows, r0, r1);
+    for (int p = 0; p < j->parts; p++) {
+        int64_t base = j->first_row[p];
+        int64_t r0 = j->bounds[i] > base ? j->bounds[i] : base;
+        int64_t r1 = j->bounds[i + 1] < j->first_row[p + 1]
+                         ? j->bounds[i + 1] : j->first_row[p + 1];
+        if (r0 < r1)
+            matmul_rows(j->w[p]->type, j->w[p]->data, j->in, j->y[p],
+                        j->w[p]->n_rows, r0 - base, r1 - base);
+    }
     (void)thread;
+}
+
+/* Fills bounds with shrinking row ranges (multiples of 8 rows, the
+ * kernels' row block); returns how many. */
+static int matmul_schedule(int64_t n_rows, size_t row_bytes, int n_threads,
+                           int64_t *bounds)
+{
+    int64_t tail = MATMUL_TAIL_BYTES / (int64_t)row_bytes;
+    tail = tail < 8 ? 8 : (tail + 7) / 8 * 8;
+    int k = 0;
+    bounds[0] = 0;
+    for (int64_t r = 0; r < n_rows;) {
+        int64_t left = n_rows - r;
+        int64_t size = (left / (2 * n_threads) + 7) / 8 * 8;
+        size = size < tail ? tail : size;
+        if (size > left || k == MATMUL_TASKS_MAX - 1)
+            size = left;
+        r += size;
+        bounds[++k] = r;
+    }
+    return k;
+}
+
+/* Prepares x for w into be->prep, unless it already holds exactly that. */
+static const struct matmul_input *prepare_input(struct cpu_backend *be,
+                                                const struct weight *w,
+                                                const float *x, int n)
+{
+    int64_t floats = (int64_t)n * w->n_cols;
+    if (floats == be->prep_src_floats && w->type == be->prep_type &&
+        w->n_cols == be->prep_in.n_cols &&
+        !memcmp(x, be->prep_src, (size_t)floats * sizeof(float)))
+        return &be->prep_in;
+    matmul_prepare(w->type, x, w->n_cols, n, be->prep, &be->prep_in);
+    be->prep_src_floats = 0;
+    if (floats <= MATMUL_REUSE_FLOATS) {
+        memcpy(be->prep_src, x, (size_t)floats * sizeof(float));
+        be->prep_src_floats = floats;
+        be->prep_type = w->type;
+    }
+    return &be->prep_in;
 }
 
 /* One tile of rows of an F32 matrix, multiplied with BLAS. */
@@ -178,36 +290,65 @@ static void sgemm_task(void *ctx, int i, int thread)
 {
     (void)thread;
     const struct matmul_job *j = ctx;
-    const struct weight *w = j->w;
+    const struct weight *w = j->w[0];
     int64_t r0 = (int64_t)i * SGEMM_TILE_ROWS;
     int64_t rows = w->n_rows - r0 < SGEMM_TILE_ROWS ? w->n_rows - r0
                                                     : SGEMM_TILE_ROWS;
     const float *tile = (const float *)w->data + r0 * w->n_cols;
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, j->n, (int)rows,
                 (int)w->n_cols, 1.0f, j->x, (int)w->n_cols, tile,
-                (int)w->n_cols, 0.0f, j->y + r0, (int)w->n_rows);
+                (int)w->n_cols, 0.0f, j->y[0] + r0, (int)w->n_rows);
 }
 
-static void cpu_matmul(struct backend *base, const struct weight *w,
-                       const struct be_tensor *xt, int n, struct be_tensor *yt)
+static void matmul_f32(struct cpu_backend *be, const struct weight *w,
+                       const float *x, int n, float *y)
 {
-    struct cpu_backend *be = cpu(base);
-    const float *x = xt->data;
-    struct matmul_job j = {.be = be, .w = w, .x = x, .y = yt->data, .n = n};
+    struct matmul_job j = {.be = be, .x = x, .n = n, .parts = 1,
+                           .w = {w}, .y = {y}, .first_row = {0, w->n_rows}};
     if (n >= SGEMM_MIN_TOKENS && w->type == KK_F32) {
         int tiles = (int)((w->n_rows + SGEMM_TILE_ROWS - 1) / SGEMM_TILE_ROWS);
         pool_run(be->pool, tiles, sgemm_task, &j);
         return;
     }
-    struct matmul_input in;
-    matmul_prepare(w->type, x, w->n_cols, n, be->prep, &in);
-    j.in = &in;
-    /* Aim for a few chunks per thread so uneven progress evens out. */
-    int64_t chunk = w->n_rows / (be->n_threads * 4);
-    chunk = chunk < MATMUL_CHUNK_ROWS ? MATMUL_CHUNK_ROWS : chunk;
-    chunk = (chunk + 3) / 4 * 4;
-    j.chunk_rows = chunk;
-    pool_run(be->pool, (int)((w->n_rows + chunk - 1) / chunk), matmul_task, &j);
+    j.in = prepare_input(be, w, x, n);
+    pool_run(be->pool, matmul_schedule(w->n_rows, w->row_bytes, be->n_threads,
+                                       j.bounds),
+             matmul_task, &j);
+}
+
+static void cpu_matmul(struct backend *base, const struct weight *w,
+                       const struct be_tensor *x, int n, struct be_tensor *y)
+{
+    matmul_f32(cpu(base), w, x->data, n, y->data);
+}
+
+static void cpu_matmul_multi(struct backend *base, int count,
+                             const struct weight *const *w,
+                             const struct be_tensor *xt, int n,
+                             struct be_tensor *const *yt)
+{
+    struct cpu_backend *be = cpu(base);
+    const float *x = xt->data;
+    bool is_stackable = count <= MATMUL_MAX_PARTS &&
+                        !(n >= SGEMM_MIN_TOKENS && w[0]->type == KK_F32);
+    for (int p = 1; p < count && is_stackable; p++)
+        is_stackable = w[p]->type == w[0]->type &&
+                       w[p]->n_cols == w[0]->n_cols;
+    if (!is_stackable) {
+        for (int p = 0; p < count; p++)
+            matmul_f32(be, w[p], x, n, yt[p]->data);
+        return;
+    }
+    struct matmul_job j = {.be = be, .x = x, .n = n, .parts = count};
+    for (int p = 0; p < count; p++) {
+        j.w[p] = w[p];
+        j.y[p] = yt[p]->data;
+        j.first_row[p + 1] = j.first_row[p] + w[p]->n_rows;
+    }
+    j.in = prepare_input(be, w[0], x, n);
+    pool_run(be->pool, matmul_schedule(j.first_row[count], w[0]->row_bytes,
+                                       be->n_threads, j.bounds),
+             matmul_task, &j);
 }
 
 /* ---- cheap ops ---- */
@@ -220,6 +361,26 @@ static void cpu_embed(struct backend *be, const struct weight *w,
     embed_rows(w, tokens, n, scale, x->data);
 }
 
+/* Sum of squares of n floats, in double (as llama.cpp sums): four lanes
+ * of doubles, then the lanes pairwise, then a scalar tail. */
+static double sum_squares(const float *x, int n)
+{
+    __m256d a0 = _mm256_setzero_pd(), a1 = _mm256_setzero_pd();
+    int i = 0;
+    for (; i + 8 <= n; i += 8) {
+        __m256d lo = _mm256_cvtps_pd(_mm_loadu_ps(x + i));
+        __m256d hi = _mm256_cvtps_pd(_mm_loadu_ps(x + i + 4));
+        a0 = _mm256_fmadd_pd(lo, lo, a0); /* exact: float * float fits */
+        a1 = _mm256_fmadd_pd(hi, hi, a1);
+    }
+    __m256d a = _mm256_add_pd(a0, a1);
+    __m128d h = _mm_add_pd(_mm256_castpd256_pd128(a), _mm256_extractf128_pd(a, 1));
+    double sum = _mm_cvtsd_f64(_mm_add_sd(h, _mm_unpackhi_pd(h, h)));
+    for (; i < n; i++)
+        sum += (double)x[i] * x[i];
+    return sum;
+}
+
 static void cpu_rmsnorm(struct backend *be, struct be_tensor *yt,
                         const struct be_tensor *xt, const float *weight,
                         int n_groups, int dim, float eps)
@@ -230,32 +391,52 @@ static void cpu_rmsnorm(struct backend *be, struct be_tensor *yt,
     for (int g = 0; g < n_groups; g++) {
         const float *xr = x + (int64_t)g * dim;
         float *yr = y + (int64_t)g * dim;
-        double sum = 0.0;
-        for (int i = 0; i < dim; i++)
-            sum += (double)xr[i] * xr[i];
-        float scale = 1.0f / sqrtf((float)(sum / dim) + eps);
-        for (int i = 0; i < dim; i++)
+        float scale = 1.0f / sqrtf((float)(sum_squares(xr, dim) / dim) + eps);
+        const __m256 sv = _mm256_set1_ps(scale);
+        int i = 0;
+        for (; i + 8 <= dim; i += 8)
+            _mm256_storeu_ps(yr + i, _mm256_mul_ps(_mm256_mul_ps(
+                                                       _mm256_loadu_ps(xr + i), sv),
+                                                   _mm256_loadu_ps(weight + i)));
+        for (; i < dim; i++)
             yr[i] = xr[i] * scale * weight[i];
     }
 }
 
-static void cpu_rope(struct backend *be, struct be_tensor *xt, int n,
-                     int n_heads, int head_dim, int n_rot, const int32_t *pos,
-                     float base, enum rope_style style)
+/* The angle table of this pass for (base, n_rot), made on first use. */
+static const float *rope_table(struct cpu_backend *be, int n, int n_rot,
+                               const int32_t *pos, float base)
 {
-    (void)be;
-    float cs[1024];  /* n_rot <= head_dim <= 1024: the loader checks */
+    for (int i = 0; i < be->n_rope; i++)
+        if (be->rope[i].base == base && be->rope[i].n_rot == n_rot)
+            return be->rope[i].cs;
+    /* More bases than tables: the last is made again (never seen). */
+    struct rope_table *rt = &be->rope[be->n_rope < MAX_ROPE_TABLES
+                                          ? be->n_rope++ : MAX_ROPE_TABLES - 1];
+    rt->base = base;
+    rt->n_rot = n_rot;
+    for (int t = 0; t < n; t++)
+        rope_angles(pos[t], n_rot, base, rt->cs + (size_t)t * (size_t)n_rot);
+    return rt->cs;
+}
+
+static void cpu_rope(struct backend *base, struct be_tensor *xt, int n,
+                     int n_heads, int head_dim, int n_rot, const int32_t *pos,
+                     float rope_base, enum rope_style style)
+{
+    const float *table = rope_table(cpu(base), n, n_rot, pos, rope_base);
+    const int pairs = n_rot / 2;
     for (int t = 0; t < n; t++) {
-        rope_angles(pos[t], n_rot, base, cs);
+        /* every head of a position turns by the same angles */
+        const float *cs = table + (size_t)t * (size_t)n_rot;
         for (int h = 0; h < n_heads; h++) {
             float *v = xt->data + ((int64_t)t * n_heads + h) * head_dim;
-            for (int i = 0; i < n_rot / 2; i++) {
-                float c = cs[2 * i], s = cs[2 * i + 1];
+            for (int i = 0; i < pairs; i++) {
                 int a = style == ROPE_NORM ? 2 * i : i;
-                int b = style == ROPE_NORM ? 2 * i + 1 : i + n_rot / 2;
+                int b = style == ROPE_NORM ? 2 * i + 1 : i + pairs;
                 float x0 = v[a], x1 = v[b];
-                v[a] = x0 * c - x1 * s;
-                v[b] = x0 * s + x1 * c;
+                v[a] = x0 * cs[2 * i] - x1 * cs[2 * i + 1];
+                v[b] = x0 * cs[2 * i + 1] + x1 * cs[2 * i];
             }
         }
     }
@@ -268,28 +449,99 @@ static float gelu_tanh(float x)
                                     (1.0f + 0.044715f * x * x)));
 }
 
-static void cpu_gated_act(struct backend *be, struct be_tensor *gt,
+/* ggml looks GELU up in a table indexed by fp16(g) holding fp16 results;
+ * the backend builds the same table on first use. */
+static const uint16_t *gelu_table(struct cpu_backend *be)
+{
+    if (!be->gelu_table) {
+        be->gelu_table = malloc((65536 + 1) * sizeof(uint16_t));
+        if (!be->gelu_table)
+            return NULL;
+        for (uint32_t h = 0; h < 65536; h++)
+            be->gelu_table[h] =
+                f32_to_fp16(gelu_tanh(fp16_to_f32((uint16_t)h)));
+        be->gelu_table[65536] = 0;
+    }
+    return be->gelu_table;
+}
+
+static float gelu_lookup(const uint16_t *gelu_table, float g)
+{
+    if (g <= -10.0f)
+        return 0.0f;
+    if (g >= 10.0f)
+        return g;
+    return fp16_to_f32(gelu_table[f32_to_fp16(g)]);
+}
+
+/* gelu_lookup() for 8 values: F16C rounds to fp16 to nearest even, as
+ * f32_to_fp16() does, and a gather reads the table. */
+static __m256 gelu_lookup8(const uint16_t *gelu_table, __m256 g)
+{
+    __m128i h = _mm256_cvtps_ph(g, _MM_FROUND_TO_NEAREST_INT |
+                                       _MM_FROUND_NO_EXC);
+    __m256i got = _mm256_i32gather_epi32((const int *)gelu_table,
+                                         _mm256_cvtepu16_epi32(h), 2);
+    got = _mm256_and_si256(got, _mm256_set1_epi32(0xffff));
+    __m128i packed = _mm_packus_epi32(_mm256_castsi256_si128(got),
+                                      _mm256_extracti128_si256(got, 1));
+    __m256 a = _mm256_cvtph_ps(packed);
+    __m256 lo = _mm256_cmp_ps(g, _mm256_set1_ps(-10.0f), _CMP_LE_OQ);
+    __m256 hi = _mm256_cmp_ps(g, _mm256_set1_ps(10.0f), _CMP_GE_OQ);
+    a = _mm256_andnot_ps(lo, a);
+    return _mm256_blendv_ps(a, g, hi);
+}
+
+/* SiLU, g / (1 + e^-g), for 8 values (the vector exp is within 2 ulp of
+ * expf; llama.cpp's SIMD path approximates it too). */
+static __m256 silu8(__m256 g)
+{
+    __m256 e = exp256(_mm256_sub_ps(_mm256_setzero_ps(), g));
+    return _mm256_div_ps(g, _mm256_add_ps(_mm256_set1_ps(1.0f), e));
+}
+
+/* The exact GELU (tanh form, both fp16 roundings) without the table:
+ * what gelu_lookup gives, for when the table could not be made. */
+static float gelu_direct(float g)
+{
+    if (g <= -10.0f)
+        return 0.0f;
+    if (g >= 10.0f)
+        return g;
+    return fp16_to_f32(f32_to_fp16(gelu_tanh(fp16_to_f32(f32_to_fp16(g)))));
+}
+
+static void cpu_gated_act(struct backend *base, struct be_tensor *gt,
                           const struct be_tensor *ut, int64_t count,
                           bool use_gelu)
 {
-    (void)be;
-    float *gate = gt->data, *out = gt->data;
-    const float *up = ut->data;
-    for (int64_t i = 0; i < count; i++) {
-        float g = gate[i], a;
-        if (!use_gelu) {
-            a = g / (1.0f + expf(-g));
-        } else if (g <= -10.0f) {
-            a = 0.0f;
-        } else if (g >= 10.0f) {
-            a = g;
-        } else {
-            /* ggml looks GELU up in a table indexed by fp16(g) holding
-             * fp16 results; reproduce both roundings. */
-            float gh = fp16_to_f32(f32_to_fp16(g));
-            a = fp16_to_f32(f32_to_fp16(gelu_tanh(gh)));
-        }
-        out[i] = a * up[i];
+    float *out = gt->data;
+    const float *gate = gt->data, *up = ut->data;
+    int64_t i = 0;
+    if (use_gelu) {
+        const uint16_t *table = gelu_table(cpu(base));
+        for (; table && i + 8 <= count; i += 8)
+            _mm256_storeu_ps(out + i,
+                             _mm256_mul_ps(gelu_lookup8(table,
+                                                        _mm256_loadu_ps(gate + i)),
+                                           _mm256_loadu_ps(up + i)));
+        for (; i < count; i++)
+            out[i] = (table ? gelu_lookup(table, gate[i])
+                            : gelu_direct(gate[i])) * up[i];
+        return;
+    }
+    for (; i + 8 <= count; i += 8)
+        _mm256_storeu_ps(out + i, _mm256_mul_ps(silu8(_mm256_loadu_ps(gate + i)),
+                                                _mm256_loadu_ps(up + i)));
+    if (i < count) {
+        /* the tail through the same vector code: a value's activation does
+         * not depend on where it falls */
+        float g[8] = {0}, a[8];
+        for (int64_t k = i; k < count; k++)
+            g[k - i] = gate[k];
+        _mm256_storeu_ps(a, silu8(_mm256_loadu_ps(g)));
+        for (int64_t k = i; k < count; k++)
+            out[k] = a[k - i] * up[k];
     }
 }
 
@@ -324,193 +576,18 @@ static void cpu_copy_rows(struct backend *be, struct be_tensor *dst,
 
 /* ---- attention ---- */
 
-/* e^x for 8 floats (x <= 0 here: scores minus their maximum): Cephes'
- * degree-6 polynomial after a 2^n range reduction, within 2 ulp of expf. */
-static __m256 exp256(__m256 x)
-{
-    x = _mm256_max_ps(x, _mm256_set1_ps(-87.3f));
-    __m256 n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504f)),
-                               _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-    __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693359375f), x);
-    r = _mm256_fnmadd_ps(n, _mm256_set1_ps(-2.12194440e-4f), r);
-    __m256 p = _mm256_set1_ps(1.9875691500e-4f);
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.3981999507e-3f));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(8.3334519073e-3f));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(4.1665795894e-2f));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.6666665459e-1f));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(5.0000001201e-1f));
-    p = _mm256_fmadd_ps(p, _mm256_mul_ps(r, r), _mm256_add_ps(r, _mm256_set1_ps(1.0f)));
-    __m256i e = _mm256_slli_epi32(
-        _mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
-    return _mm256_mul_ps(p, _mm256_castsi256_ps(e));
-}
-
-static float hsum256(__m256 v)
-{
-    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v),
-                          _mm256_extractf128_ps(v, 1));
-    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-    s = _mm_add_ss(s, _mm_movehdup_ps(s));
-    return _mm_cvtss_f32(s);
-}
-
-static float dot_f32(const float *a, const float *b, int n)
-{
-    __m256 acc = _mm256_setzero_ps();
-    int i = 0;
-    for (; i + 8 <= n; i += 8)
-        acc = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i), acc);
-    float sum = hsum256(acc);
-    for (; i < n; i++)
-        sum += a[i] * b[i];
-    return sum;
-}
-
-static void axpy_f32(float *y, float a, const float *x, int n)
-{
-    const __m256 av = _mm256_set1_ps(a);
-    int i = 0;
-    for (; i + 8 <= n; i += 8)
-        _mm256_storeu_ps(y + i, _mm256_fmadd_ps(av, _mm256_loadu_ps(x + i),
-                                                _mm256_loadu_ps(y + i)));
-    for (; i < n; i++)
-        y[i] += a * x[i];
-}
-
-/* x[i] = e^(x[i] - max) for n values; returns their sum. */
-static double exp_shifted(float *x, int n, float max)
-{
-    const __m256 mv = _mm256_set1_ps(max);
-    double sum = 0.0;
-    int i = 0;
-    for (; i + 8 <= n; i += 8) {
-        __m256 e = exp256(_mm256_sub_ps(_mm256_loadu_ps(x + i), mv));
-        _mm256_storeu_ps(x + i, e);
-        sum += hsum256(e);
-    }
-    if (i < n) {
-        /* The tail through the same polynomial, so a value's exponential
-         * does not depend on where it falls in a vector. */
-        float tail[8] = {0};
-        for (int k = i; k < n; k++)
-            tail[k - i] = x[k] - max;
-        float e[8];
-        _mm256_storeu_ps(e, exp256(_mm256_loadu_ps(tail)));
-        for (int k = i; k < n; k++) {
-            x[k] = e[k - i];
-            sum += e[k - i];
-        }
-    }
-    return sum;
-}
-
-struct attention_job {
-    struct cpu_backend *be;
-    float *out;
-    const float *q;
-    const struct kv_cache *kv;
-    int il, n, pos0, n_head, n_head_kv, group, head_dim, window;
-    float scale;
-};
-
-/* Which positions query p sees: [0, sink_end) and [lo, p]. */
-struct visible {
-    int sink_end, lo, p;
-};
-
-static bool sees(const struct visible *v, int k)
-{
-    return k < v->sink_end || (k >= v->lo && k <= v->p);
-}
-
-/* Task i: a tile of up to ATTN_TILE consecutive query rows and one
- * key/value head g = i % n_head_kv, with the `group` query heads sharing it
- * (GQA). Every query does exactly the arithmetic it would do alone — the
- * same dot products, in the same order — so batched and token-by-token
- * evaluation agree to the bit. Scores of query r, head h sit at
- * s[(r * group + h) * n_ctx + position]. */
-static void attention_task(void *ctx, int i, int thread)
-{
-    const struct attention_job *j = ctx;
-    const struct kv_cache *kv = j->kv;
-    const int g = i % j->n_head_kv, t0 = (i / j->n_head_kv) * ATTN_TILE;
-    const int nt = j->n - t0 < ATTN_TILE ? j->n - t0 : ATTN_TILE;
-    const int d = j->head_dim, G = j->group, n_ctx = j->be->n_ctx;
-    struct visible vis[ATTN_TILE];
-    int first = INT32_MAX, last = 0, sinks = 0;
-    for (int r = 0; r < nt; r++) {
-        vis[r].p = j->pos0 + t0 + r;
-        kv_visible(&kv->layers[j->il], j->window, vis[r].p, &vis[r].sink_end,
-                   &vis[r].lo);
-        first = vis[r].lo < first ? vis[r].lo : first;
-        sinks = vis[r].sink_end > sinks ? vis[r].sink_end : sinks;
-        last = vis[r].p;
-    }
-    float *s = j->be->scores + (size_t)thread * j->be->scores_per_thread;
-    float *row = s + (size_t)ATTN_TILE * G * n_ctx;
-    float max[ATTN_TILE][MAX_GROUP];
-    double inv[ATTN_TILE][MAX_GROUP];
-    for (int r = 0; r < nt; r++)
-        for (int h = 0; h < G; h++)
-            max[r][h] = -INFINITY;
-    /* Keys in [0, sinks) and [first, last], each converted once. */
-    const int span[2][2] = {{0, sinks}, {first > sinks ? first : sinks, last + 1}};
-    for (int part = 0; part < 2; part++)
-    for (int k = span[part][0]; k < span[part][1]; k++) {
-        kv_load_head(kv, kv_key_row(kv, j->il, k), g * d, row);
-        for (int r = 0; r < nt; r++) {
-            if (!sees(&vis[r], k))
-                continue;
-            const float *q = j->q + ((int64_t)(t0 + r) * j->n_head +
-                                     (int64_t)g * G) * d;
-            for (int h = 0; h < G; h++) {
-                float x = dot_f32(q + h * d, row, d) * j->scale;
-                s[(size_t)(r * G + h) * n_ctx + k] = x;
-                max[r][h] = x > max[r][h] ? x : max[r][h];
-            }
-        }
-    }
-    for (int r = 0; r < nt; r++)
-        for (int h = 0; h < G; h++) {
-            float *sr = s + (size_t)(r * G + h) * n_ctx;
-            double sum = exp_shifted(sr, vis[r].sink_end, max[r][h]) +
-                         exp_shifted(sr + vis[r].lo, vis[r].p + 1 - vis[r].lo,
-                                     max[r][h]);
-            inv[r][h] = 1.0 / sum;
-        }
-    for (int r = 0; r < nt; r++)
-        memset(j->out + ((int64_t)(t0 + r) * j->n_head + (int64_t)g * G) * d, 0,
-               (size_t)G * d * sizeof(float));
-    for (int part = 0; part < 2; part++)
-    for (int k = span[part][0]; k < span[part][1]; k++) {
-        kv_load_head(kv, kv_value_row(kv, j->il, k), g * d, row);
-        for (int r = 0; r < nt; r++) {
-            if (!sees(&vis[r], k))
-                continue;
-            float *o = j->out + ((int64_t)(t0 + r) * j->n_head +
-                                 (int64_t)g * G) * d;
-            for (int h = 0; h < G; h++)
-                axpy_f32(o + h * d,
-                         (float)(s[(size_t)(r * G + h) * n_ctx + k] * inv[r][h]),
-                         row, d);
-        }
-    }
-}
-
 static void cpu_attention(struct backend *base, struct be_tensor *out,
                           const struct be_tensor *q, const struct kv_cache *kv,
                           int il, int n, int pos0, int n_head, int n_head_kv,
                           int head_dim, int window, float scale)
 {
     struct cpu_backend *be = cpu(base);
-    struct attention_job j = {
-        .be = be, .out = out->data, .q = q->data, .kv = kv, .il = il, .n = n,
+    const struct attention_args a = {
+        .out = out->data, .q = q->data, .kv = kv, .il = il, .n = n,
         .pos0 = pos0, .n_head = n_head, .n_head_kv = n_head_kv,
-        .group = n_head / n_head_kv, .head_dim = head_dim, .window = window,
-        .scale = scale,
+        .head_dim = head_dim, .window = window, .scale = scale,
     };
-    int tiles = (n + ATTN_TILE - 1) / ATTN_TILE;
-    pool_run(be->pool, tiles * n_head_kv, attention_task, &j);
+    attention_run(be->pool, &be->attn, &a);
 }
 
 /* ---- the rest of the op set: host memory, ops run as called ---- */
@@ -548,9 +625,9 @@ static void cpu_tensor_free(struct backend *be, struct be_tensor *t)
     free(t);
 }
 
-static void cpu_begin(struct backend *be)
+static void cpu_begin(struct backend *base)
 {
-    (void)be;
+    cpu(base)->n_rope = 0;
 }
 
 static int cpu_end(struct backend *be, struct kk_error *err)
@@ -586,8 +663,8 @@ static const struct backend_ops cpu_ops = {
     .kv_push = cpu_kv_noop, .tensor_new = cpu_tensor_new,
     .tensor_free = cpu_tensor_free, .begin = cpu_begin, .end = cpu_end,
     .read = cpu_read, .embed = cpu_embed, .matmul = cpu_matmul,
-    .copy_rows = cpu_copy_rows, .rmsnorm = cpu_rmsnorm, .rope = cpu_rope,
-    .gated_act = cpu_gated_act, .add = cpu_add, .add_row = cpu_add_row,
-    .kv_store = cpu_kv_store, .kv_commit = cpu_kv_commit,
-    .attention = cpu_attention,
+    .matmul_multi = cpu_matmul_multi, .copy_rows = cpu_copy_rows,
+    .rmsnorm = cpu_rmsnorm, .rope = cpu_rope, .gated_act = cpu_gated_act,
+    .add = cpu_add, .add_row = cpu_add_row, .kv_store = cpu_kv_store,
+    .kv_commit = cpu_kv_commit, .attention = cpu_attention,
 };

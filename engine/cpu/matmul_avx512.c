@@ -96,6 +96,33 @@ INLINE float hsum16(__m512 v)
     return _mm512_reduce_add_ps(v);
 }
 
+/* hsum16 of a[0..7] at once, element k of the result being hsum16(a[k])
+ * to the bit: the same pairings (lane j with j+8, then j+4, then j+2, then
+ * j+1) as _mm512_reduce_add_ps, with one instruction serving 2-8 sums. */
+INLINE __m256 hsum16x8(const __m512 a[8])
+{
+    __m512 t[4];
+#pragma GCC unroll 4
+    for (int k = 0; k < 4; k++) /* lanes j and j+8 */
+        t[k] = _mm512_add_ps(
+            _mm512_shuffle_f32x4(a[2 * k], a[2 * k + 1], _MM_SHUFFLE(1, 0, 1, 0)),
+            _mm512_shuffle_f32x4(a[2 * k], a[2 * k + 1], _MM_SHUFFLE(3, 2, 3, 2)));
+    __m512 u[2];
+#pragma GCC unroll 2
+    for (int k = 0; k < 2; k++) /* j and j+4: quarter q holds a[4k + q] */
+        u[k] = _mm512_add_ps(
+            _mm512_shuffle_f32x4(t[2 * k], t[2 * k + 1], _MM_SHUFFLE(2, 0, 2, 0)),
+            _mm512_shuffle_f32x4(t[2 * k], t[2 * k + 1], _MM_SHUFFLE(3, 1, 3, 1)));
+    /* j and j+2: quarter q holds a[q] in elements 0-1, a[q + 4] in 2-3 */
+    __m512 z = _mm512_add_ps(_mm512_shuffle_ps(u[0], u[1], _MM_SHUFFLE(1, 0, 1, 0)),
+                             _mm512_shuffle_ps(u[0], u[1], _MM_SHUFFLE(3, 2, 3, 2)));
+    /* j and j+1 */
+    z = _mm512_add_ps(z, _mm512_permute_ps(z, _MM_SHUFFLE(2, 3, 0, 1)));
+    const __m512i order = _mm512_setr_epi32(0, 4, 8, 12, 2, 6, 10, 14, 0, 0, 0,
+                                            0, 0, 0, 0, 0);
+    return _mm512_castps512_ps256(_mm512_permutexvar_ps(order, z));
+}
+
 INLINE void q8f_row_group(uint32_t type, const uint8_t *row, int64_t nb,
                           const struct matmul_input *in, int t0, int nt,
                           float *y, int64_t ldy, int64_t r)
@@ -244,7 +271,8 @@ INLINE void q8t_weights(uint32_t type, const uint8_t *row, int64_t nb,
 }
 
 /* Tiles [g0, g1) of row `row` for tokens t0 .. t0+nt-1, accumulating into
- * acc[t] (kept in memory between calls, so a row can be done in pieces). */
+ * acc[t] (kept in memory between calls, so a row can be done in pieces;
+ * the first piece starts from zero instead). */
 INLINE void q8t_row_tiles(uint32_t type, const uint8_t *row, int64_t nb,
                           const struct matmul_input *in, int t0, int nt,
                           int64_t g0, int64_t g1, __m512 *acc_mem)
@@ -254,7 +282,7 @@ INLINE void q8t_row_tiles(uint32_t type, const uint8_t *row, int64_t nb,
 #pragma GCC unroll 16
     for (int t = 0; t < nt; t++) {
         tiles[t] = q8_tiles(in, t0 + t);
-        acc[t] = acc_mem[t];
+        acc[t] = g0 == 0 ? _mm512_setzero_ps() : acc_mem[t];
     }
     const size_t bb = type == KK_Q8_0 ? 34 : 18;
     for (int64_t g = g0; g < g1; g++) {
@@ -299,18 +327,20 @@ INLINE void q8t_rows_group(uint32_t type, const uint8_t *w, size_t rb,
     chunk = chunk < 1 ? 1 : chunk;
     for (int64_t rr = r0; rr < r1; rr += Q8T_ROWS) {
         int nr = r1 - rr < Q8T_ROWS ? (int)(r1 - rr) : Q8T_ROWS;
-        for (int i = 0; i < nr; i++)
-            for (int t = 0; t < nt; t++)
-                acc[i][t] = _mm512_setzero_ps();
         for (int64_t g = 0; g < ng; g += chunk) {
             int64_t g1 = g + chunk < ng ? g + chunk : ng;
             for (int i = 0; i < nr; i++)
                 q8t_row_tiles(type, w + (size_t)(rr + i) * rb, nb, in, t0, nt,
                               g, g1, acc[i]);
         }
-        for (int i = 0; i < nr; i++)
-            for (int t = 0; t < nt; t++)
-                y[(int64_t)(t0 + t) * ldy + rr + i] = hsum16(acc[i][t]);
+        const __mmask8 rows = (__mmask8)((1u << nr) - 1);
+        for (int t = 0; t < nt; t++) {
+            __m512 a[Q8T_ROWS];
+            for (int i = 0; i < Q8T_ROWS; i++)
+                a[i] = i < nr ? acc[i][t] : _mm512_setzero_ps();
+            _mm256_mask_storeu_ps(y + (int64_t)(t0 + t) * ldy + rr, rows,
+                                  hsum16x8(a));
+        }
     }
 }
 

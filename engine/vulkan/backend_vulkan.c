@@ -521,6 +521,16 @@ static void vkb_matmul(struct backend *base, const struct weight *w,
     dispatch(be, &be->matmul[mi], bufs, &pc, gx, groups_of(n, MM_TOKENS), gz);
 }
 
+/* Each matrix in turn: every dispatch is its own pass over the device. */
+static void vkb_matmul_multi(struct backend *base, int count,
+                             const struct weight *const *w,
+                             const struct be_tensor *x, int n,
+                             struct be_tensor *const *y)
+{
+    for (int i = 0; i < count; i++)
+        vkb_matmul(base, w[i], x, n, y[i]);
+}
+
 static void vkb_copy_rows(struct backend *base, struct be_tensor *dst,
                           const struct be_tensor *src, int row0, int n)
 {
@@ -690,6 +700,7 @@ static const struct backend_ops vk_ops = {
     .kv_push = vkb_kv_push, .tensor_new = vkb_tensor_new,
     .tensor_free = vkb_tensor_free, .begin = vkb_begin, .end = vkb_end,
     .read = vkb_read, .embed = vkb_embed, .matmul = vkb_matmul,
+    .matmul_multi = vkb_matmul_multi,
     .copy_rows = vkb_copy_rows, .rmsnorm = vkb_rmsnorm, .rope = vkb_rope,
     .gated_act = vkb_gated_act, .add = vkb_add, .add_row = vkb_add_row,
     .kv_store = vkb_kv_store, .kv_commit = vkb_kv_commit,
