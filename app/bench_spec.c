@@ -109,7 +109,7 @@ static int run_once(const struct spec_bench_options *o, struct kk_model *m,
     struct kk_session *s = NULL, *ds = NULL;
     int rc = kk_session_new(m, &sp, &s, err);
     if (!rc && dm && mode != KK_SPEC_OFF && mode != KK_SPEC_NGRAM)
-        rc = kk_session_new(dm, &sp, &ds, err);
+        rc = kk_draft_session_new(dm, &sp, &ds, err);
     struct kk_generate_params gp = {.n_predict = o->n_predict,
                                     .stop_at_eog = true, .spec = mode,
                                     .draft = ds, .block = o->block};
@@ -204,6 +204,11 @@ int bench_speculative(const struct spec_bench_options *o, cJSON *out,
     cJSON_AddStringToObject(out, "target", o->model);
     if (o->draft)
         cJSON_AddStringToObject(out, "draft", o->draft);
+    if (dm) {
+        static const char *names[] = {"cpu", "vulkan", "auto"};
+        cJSON_AddStringToObject(out, "draft_backend",
+                                names[kk_draft_backend(dm, o->backend)]);
+    }
     cJSON_AddNumberToObject(out, "n_predict", o->n_predict);
     cJSON *arr = cJSON_AddArrayToObject(out, "sets");
     int rc = 0;

@@ -171,7 +171,7 @@ static int engine_sink(struct engine *g, const struct ask_options *o,
         .kv_window = g->base_ctx - 4 - 17 > 16 ? g->base_ctx - 4 - 17 : 16};
     struct kk_session *s = NULL, *ds = NULL;
     if (kk_session_new(g->model, &sp, &s, err) ||
-        (g->draft_model && kk_session_new(g->draft_model, &sp, &ds, err))) {
+        (g->draft_model && kk_draft_session_new(g->draft_model, &sp, &ds, err))) {
         kk_session_free(s);
         return -1;
     }
@@ -210,7 +210,7 @@ static int engine_open(struct engine *g, const struct ask_options *o,
     sp.n_ctx = kk_session_n_ctx(g->session);
     if (kk_model_open(g->draft_path, &g->draft_model, &derr) ||
         kk_check_draft(g->model, g->draft_model, &derr) ||
-        kk_session_new(g->draft_model, &sp, &g->draft, &derr)) {
+        kk_draft_session_new(g->draft_model, &sp, &g->draft, &derr)) {
         fprintf(stderr, "kakeya ask: draft model not used (n-gram lookup "
                         "instead): %s\n", derr.msg);
         kk_session_free(g->draft);

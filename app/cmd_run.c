@@ -261,7 +261,7 @@ static int open_draft(struct kk_model *target, const struct run_options *o,
         return -1;
     if (kk_check_draft(target, *dm, err))
         return -1;
-    return kk_session_new(*dm, sp, ds, err);
+    return kk_draft_session_new(*dm, sp, ds, err);
 }
 
 int cmd_run(int argc, char **argv)

@@ -167,7 +167,7 @@ static int open_models(struct engine_thread *e, struct engine_event *ready,
     struct kk_error derr = {{0}};
     if (kk_model_open(e->draft_path, &e->draft_model, &derr) ||
         kk_check_draft(e->model, e->draft_model, &derr) ||
-        kk_session_new(e->draft_model, &sp, &e->draft_session, &derr)) {
+        kk_draft_session_new(e->draft_model, &sp, &e->draft_session, &derr)) {
         /* The chat still works without a draft: say so and go on. */
         kk_session_free(e->draft_session);
         kk_model_close(e->draft_model);
@@ -329,7 +329,7 @@ static int apply_sink(struct engine_thread *e, const struct request *r,
                                    .kv_sinks = sinks};
     struct kk_session *s = NULL, *ds = NULL;
     if (kk_session_new(e->model, &sp, &s, err) ||
-        (e->draft_model && kk_session_new(e->draft_model, &sp, &ds, err))) {
+        (e->draft_model && kk_draft_session_new(e->draft_model, &sp, &ds, err))) {
         kk_session_free(s);
         return -1;
     }

@@ -201,6 +201,23 @@ int kk_session_new(struct kk_model *km, const struct kk_session_params *p,
     return 0;
 }
 
+enum kk_backend kk_draft_backend(const struct kk_model *draft,
+                                 enum kk_backend target)
+{
+    struct kk_model_info info;
+    kk_model_get_info(draft, &info);
+    return info.weight_bytes < KK_DRAFT_CPU_BYTES ? KK_BACKEND_CPU : target;
+}
+
+int kk_draft_session_new(struct kk_model *draft,
+                         const struct kk_session_params *p,
+                         struct kk_session **out, struct kk_error *err)
+{
+    struct kk_session_params dp = p ? *p : (struct kk_session_params){0};
+    dp.backend = kk_draft_backend(draft, dp.backend);
+    return kk_session_new(draft, &dp, out, err);
+}
+
 void kk_session_free(struct kk_session *s)
 {
     if (!s)

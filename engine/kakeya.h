@@ -107,6 +107,19 @@ struct kk_session_params {
 
 int kk_session_new(struct kk_model *m, const struct kk_session_params *p,
                    struct kk_session **out, struct kk_error *err);
+/* A session for a draft model beside a target session made with p. Where
+ * the target computes on a GPU, a small draft (weights under
+ * KK_DRAFT_CPU_BYTES) computes on the CPU: a GPU pass has a fixed cost near
+ * a millisecond that a few-million-parameter model cannot amortise, and
+ * the draft runs one pass per proposed token, while the CPU runs such a
+ * model in a fraction of that. Otherwise the draft computes where the
+ * target does. */
+enum { KK_DRAFT_CPU_BYTES = 64 << 20 };
+enum kk_backend kk_draft_backend(const struct kk_model *draft,
+                                 enum kk_backend target);
+int kk_draft_session_new(struct kk_model *draft,
+                         const struct kk_session_params *p,
+                         struct kk_session **out, struct kk_error *err);
 void kk_session_free(struct kk_session *s);
 /* What the session computes on: "cpu", or "vulkan: <device name>". */
 const char *kk_session_backend(const struct kk_session *s);

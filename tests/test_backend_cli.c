@@ -159,6 +159,27 @@ static void test_info_devices_lists_what_device_picks(void **state)
     free((void *)out);
 }
 
+/* A few-million-parameter draft beside a GPU target proposes on the CPU,
+ * where a pass costs a fraction of a GPU's fixed cost per pass. */
+static void test_a_small_draft_beside_a_gpu_target_runs_on_the_cpu(
+    void **state)
+{
+    if (!*state)
+        skip();
+    struct kk_model *m;
+    struct kk_error err = {{0}};
+    assert_int_equal(kk_model_open(*state, &m, &err), 0);
+    assert_int_equal(kk_draft_backend(m, KK_BACKEND_VULKAN), KK_BACKEND_CPU);
+    assert_int_equal(kk_draft_backend(m, KK_BACKEND_AUTO), KK_BACKEND_CPU);
+    struct kk_session_params sp = {.n_ctx = 64, .n_threads = 1,
+                                   .backend = KK_BACKEND_VULKAN};
+    struct kk_session *ds = NULL;
+    assert_int_equal(kk_draft_session_new(m, &sp, &ds, &err), 0);
+    assert_string_equal(kk_session_backend(ds), "cpu");
+    kk_session_free(ds);
+    kk_model_close(m);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -166,6 +187,8 @@ int main(void)
         cmocka_unit_test(test_the_same_tokens_come_from_the_cpu_and_vulkan),
         cmocka_unit_test(test_a_device_out_of_range_is_refused),
         cmocka_unit_test(test_info_devices_lists_what_device_picks),
+        cmocka_unit_test(
+            test_a_small_draft_beside_a_gpu_target_runs_on_the_cpu),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
