@@ -210,9 +210,12 @@ static void check_matmul(uint32_t type, const char *shader, int n_cols,
                          int n_rows, int n_tokens, uint64_t seed)
 {
     /* matmul_rows_<t> gives each invocation a row; matmul_<t> a workgroup
-     * two. Odd seeds spread the row groups over z, as the backend does past
-     * the device's grid width. */
-    uint32_t per = strstr(shader, "_rows_") ? MM_ROWWISE_ROWS : MM_ROWS;
+     * MM_ROWS for one token, MM_BATCH_ROWS for more. Odd seeds spread the
+     * row groups over z, as the backend does past the device's grid
+     * width. */
+    uint32_t per = strstr(shader, "_rows_") ? MM_ROWWISE_ROWS
+                   : n_tokens == 1          ? MM_ROWS
+                                            : MM_BATCH_ROWS;
     uint32_t groups = ceil_div(n_rows, per), gz = (seed & 1) ? 2 : 1;
     const size_t row_bytes = dtype_row_bytes(type, (uint64_t)n_cols);
     assert_true(row_bytes > 0);
@@ -258,12 +261,13 @@ static void check_matmul(uint32_t type, const char *shader, int n_cols,
 }
 
 /* Batches of 1, 3, 16 (MM_TOKENS) and 17 tokens; odd row counts (the
- * last workgroup has one row); a short row (fewer groups of values than
- * threads) and a long one (more). */
+ * last workgroup has one row, or a few of MM_ROWS for one token); a short
+ * row (fewer groups of values than threads) and a long one (more). */
 static void check_matmul_variant(uint32_t type, const char *shader,
                                  int short_cols, int long_cols)
 {
-    static const int shapes[][2] = {{5, 1}, {5, 3}, {7, 16}, {3, 17}, {1, 2}};
+    static const int shapes[][2] = {{5, 1}, {5, 3}, {7, 16}, {3, 17}, {1, 2},
+                                    {37, 1}, {38, 1}};
     uint64_t seed = 0x9e3779b97f4a7c15ull ^ type;
     for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++)
         check_matmul(type, shader, short_cols, shapes[i][0], shapes[i][1],
