@@ -54,10 +54,9 @@ struct vk_backend {
     struct vk_model *weights;
     char name[300];
     struct vk_pipeline matmul[N_MATMUL];
-    /* Rows per matmul workgroup, [0] for one token and [1] for more:
-     * MM_ROWS and MM_BATCH_ROWS cooperating on a GPU, or MM_ROWWISE_ROWS
-     * (one per invocation) for both on a CPU-backed device. */
-    uint32_t matmul_rows[2];
+    /* Rows per matmul workgroup: MM_ROWS cooperating on a GPU, or
+     * MM_ROWWISE_ROWS (one per invocation) on a CPU-backed device. */
+    uint32_t matmul_rows;
     struct vk_pipeline rmsnorm, rope, add, gated_act, kv_store, attention;
     /* Host data of the pass being recorded; read by the GPU at submit. */
     struct vk_buffer upload;
@@ -169,8 +168,7 @@ static int make_pipeline(struct vk_backend *be, const char *shader,
 static int make_pipelines(struct vk_backend *be, struct kk_error *err)
 {
     bool rowwise = vk_device_is_cpu(be->dev);
-    be->matmul_rows[0] = rowwise ? MM_ROWWISE_ROWS : MM_ROWS;
-    be->matmul_rows[1] = rowwise ? MM_ROWWISE_ROWS : MM_BATCH_ROWS;
+    be->matmul_rows = rowwise ? MM_ROWWISE_ROWS : MM_ROWS;
     for (int i = 0; i < N_MATMUL; i++) {
         char name[64];
         snprintf(name, sizeof name, "matmul_%s%s", rowwise ? "rows_" : "",
@@ -515,7 +513,7 @@ static void vkb_matmul(struct backend *base, const struct weight *w,
                                 .row_bytes = (uint32_t)w->row_bytes};
     /* Row groups past the device's grid limit (a 256k-token vocabulary)
      * spill into z; the shader numbers groups x + z * groups_x. */
-    uint32_t groups = groups_of(w->n_rows, be->matmul_rows[n > 1]);
+    uint32_t groups = groups_of(w->n_rows, be->matmul_rows);
     uint32_t max_x = vk_device_max_groups_x(be->dev);
     uint32_t gz = (groups + max_x - 1) / max_x;
     uint32_t gx = (groups + gz - 1) / gz;

@@ -31,10 +31,8 @@ const struct vk_spirv *vk_shader_find(const char *name);
  * bindings: 0 W (the matrix's raw GGUF bytes: row r at r * row_bytes),
  *           1 X (float, n_tokens rows of n_cols), 2 Y (float, n_tokens rows
  *           of n_rows).
- * grid: (ceil(n_rows / R), ceil(n_tokens / MM_TOKENS), 1) with R =
- * MM_ROWS for one token (decode: each 32-thread slice of a workgroup
- * streams MM_ROWS / 4 rows) and MM_BATCH_ROWS for more; each workgroup
- * reads its R weight rows once for its MM_TOKENS tokens.
+ * grid: (ceil(n_rows / MM_ROWS), ceil(n_tokens / MM_TOKENS), 1); each
+ * workgroup reads its MM_ROWS weight rows once for its MM_TOKENS tokens.
  *
  * matmul_rows_<t>: the same product with one invocation per weight row,
  * for devices whose invocations are a CPU's SIMD lanes (lavapipe).
@@ -42,9 +40,7 @@ const struct vk_spirv *vk_shader_find(const char *name);
  *
  * In both, row groups beyond the device's grid width may spill into z:
  * group g = x + z * groups_x; a group past the last row does nothing. */
-enum {
-    MM_ROWS = 8, MM_BATCH_ROWS = 2, MM_TOKENS = 16, MM_ROWWISE_ROWS = 64
-};
+enum { MM_ROWS = 2, MM_TOKENS = 16, MM_ROWWISE_ROWS = 64 };
 struct vk_push_matmul {
     uint32_t n_cols, n_rows, n_tokens, row_bytes;
 };
