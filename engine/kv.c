@@ -274,6 +274,16 @@ void kv_visible(const struct kv_layer *L, int model_window, int p,
     *lo = w > 0 && p - w + 1 > *sink_end ? p - w + 1 : *sink_end;
 }
 
+static void load_head_f16(const uint16_t *h, int d, float *out)
+{
+    int i = 0;
+    for (; i + 8 <= d; i += 8)
+        _mm256_storeu_ps(out + i, _mm256_cvtph_ps(
+                                      _mm_loadu_si128((const __m128i *)(h + i))));
+    for (; i < d; i++)
+        out[i] = fp16_to_f32(h[i]);
+}
+
 void kv_load_head(const struct kv_cache *kv, const uint8_t *row, int off,
                   float *out)
 {
@@ -281,13 +291,7 @@ void kv_load_head(const struct kv_cache *kv, const uint8_t *row, int off,
     if (kv->type == KV_F32) {
         memcpy(out, (const float *)row + off, (size_t)d * sizeof(float));
     } else if (kv->type == KV_F16) {
-        const uint16_t *h = (const uint16_t *)row + off;
-        int i = 0;
-        for (; i + 8 <= d; i += 8)
-            _mm256_storeu_ps(out + i, _mm256_cvtph_ps(
-                                          _mm_loadu_si128((const __m128i *)(h + i))));
-        for (; i < d; i++)
-            out[i] = fp16_to_f32(h[i]);
+        load_head_f16((const uint16_t *)row + off, d, out);
     } else {
         const int B = kv->block;
         for (int b = off / B; b < (off + d) / B; b++, out += B) {
@@ -305,16 +309,6 @@ void kv_load_head(const struct kv_cache *kv, const uint8_t *row, int off,
 /* Rows ahead that kv_load_heads asks the cache for: one head's slice of
  * consecutive rows is a few hundred bytes apart. */
 enum { LOAD_PREFETCH = 8 };
-
-static void load_head_f16(const uint16_t *h, int d, float *out)
-{
-    int i = 0;
-    for (; i + 8 <= d; i += 8)
-        _mm256_storeu_ps(out + i, _mm256_cvtph_ps(
-                                      _mm_loadu_si128((const __m128i *)(h + i))));
-    for (; i < d; i++)
-        out[i] = fp16_to_f32(h[i]);
-}
 
 /* The end of the run of positions from p (before p1) whose rows lie one
  * after another in memory: a ring wraps, and the staged batch lives apart. */

@@ -8,6 +8,10 @@
 #                                         libraries, Vulkan loader, goldens)
 #   OUT=DIR BANDWIDTH=GBS tools/gpu-bench.sh   there, carrying .gpu
 #
+# Through the device tool, whose calls bring back at most 8 files:
+#   KK_PACK_LOGS=$OUT/gpu-logs.tgz OUT=/tmp/gb BANDWIDTH=4800 \
+#       bash tools/gpu-bench.sh
+#
 # OUT        where the logs and JSON reports go (default build/gpu-bench)
 # BANDWIDTH  the GPU's memory bandwidth in GB/s, for the roofline (H200:
 #            4800, H100 SXM: 3350); without it no roofline is reported
@@ -118,6 +122,7 @@ EOF
 done
 # A device call brings back few files: one archive of them all, on asking.
 if [ -n "${KK_PACK_LOGS:-}" ]; then
-    tar -C "$OUT" -czf "$KK_PACK_LOGS" . && echo "logs: $KK_PACK_LOGS"
+    tar -C "$OUT" --exclude="$(basename "$KK_PACK_LOGS")" -czf "$KK_PACK_LOGS" . &&
+        echo "logs: $KK_PACK_LOGS"
 fi
 exit $status
