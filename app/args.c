@@ -117,10 +117,9 @@ void args_overflow(struct args *a, enum overflow_policy *out)
 
 static void parse_backend(struct args *a, enum kk_backend *out)
 {
-    static const char *names[] = {"cpu", "vulkan", "auto"};
     const char *v = args_value(a);
-    for (int i = 0; v && i < 3; i++) {
-        if (!strcmp(v, names[i])) {
+    for (int i = 0; v && i < KK_BACKEND_COUNT; i++) {
+        if (!strcmp(v, kk_backend_name((enum kk_backend)i))) {
             *out = (enum kk_backend)i;
             return;
         }

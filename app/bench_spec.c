@@ -204,11 +204,10 @@ int bench_speculative(const struct spec_bench_options *o, cJSON *out,
     cJSON_AddStringToObject(out, "target", o->model);
     if (o->draft)
         cJSON_AddStringToObject(out, "draft", o->draft);
-    if (dm) {
-        static const char *names[] = {"cpu", "vulkan", "auto"};
+    if (dm)
         cJSON_AddStringToObject(out, "draft_backend",
-                                names[kk_draft_backend(dm, o->backend)]);
-    }
+                                kk_backend_name(kk_draft_backend(dm,
+                                                                 o->backend)));
     cJSON_AddNumberToObject(out, "n_predict", o->n_predict);
     cJSON *arr = cJSON_AddArrayToObject(out, "sets");
     int rc = 0;

@@ -328,9 +328,8 @@ int cmd_bench(int argc, char **argv)
             add_roofline(engine, bw);
     }
     if (!rc && so.model) {
-        static const char *backends[] = {"cpu", "vulkan", "auto"};
         cJSON *spec = cJSON_AddObjectToObject(out, "speculative");
-        cJSON_AddStringToObject(spec, "backend", backends[so.backend]);
+        cJSON_AddStringToObject(spec, "backend", kk_backend_name(so.backend));
         rc = bench_speculative(&so, spec, &err);
     }
     return finish(out, rc, "kakeya bench", &err);

@@ -27,6 +27,13 @@ int backend_new(const struct backend_params *p, const struct model *m,
     }
 }
 
+const char *kk_backend_name(enum kk_backend b)
+{
+    static const char *const names[KK_BACKEND_COUNT] = {"cpu", "vulkan",
+                                                        "auto"};
+    return (unsigned)b < KK_BACKEND_COUNT ? names[b] : NULL;
+}
+
 void backend_free(struct backend *be)
 {
     if (be)

@@ -86,6 +86,9 @@ enum kk_kv_type { KK_KV_F16, KK_KV_F32, KK_KV_Q8_0 };
  * never a software renderer such as lavapipe) and the CPU when there is
  * none. */
 enum kk_backend { KK_BACKEND_CPU = 0, KK_BACKEND_VULKAN, KK_BACKEND_AUTO };
+enum { KK_BACKEND_COUNT = 3 };
+/* "cpu", "vulkan", "auto": what --backend takes; NULL past the last. */
+const char *kk_backend_name(enum kk_backend b);
 
 struct kk_session_params {
     int n_ctx;        /* 0: min(model's training context, 4096) */

@@ -253,8 +253,8 @@ void kv_commit(struct kv_cache *kv)
 {
     struct kv_run runs[KV_MAX_RUNS];
     int n_runs = kv_commit_plan(kv, runs, KV_MAX_RUNS);
+    struct kv_layer *L = n_runs ? &kv->layers[kv->stage_layer] : NULL;
     for (int i = 0; i < n_runs; i++) {
-        struct kv_layer *L = &kv->layers[kv->stage_layer];
         size_t off = (size_t)runs[i].slot * kv->row_bytes;
         size_t st = (size_t)runs[i].stage_row * kv->row_bytes;
         size_t bytes = (size_t)runs[i].count * kv->row_bytes;
@@ -346,10 +346,7 @@ void kv_load_heads(const struct kv_cache *kv, int il, bool values, int p0,
                 for (size_t b = 0; b < head_bytes; b += 64)
                     _mm_prefetch((const char *)row + LOAD_PREFETCH * rb +
                                      head_at + b, _MM_HINT_T0);
-            if (kv->type == KV_F16)
-                load_head_f16((const uint16_t *)row + off, kv->head_dim, out);
-            else
-                kv_load_head(kv, row, off, out);
+            kv_load_head(kv, row, off, out);
         }
     }
 }

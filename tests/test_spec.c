@@ -60,15 +60,6 @@ static struct kk_session *new_session(struct kk_model *m)
     return s;
 }
 
-static int prompt_of(struct kk_model *m, const char *text, int32_t *ids)
-{
-    struct kk_model_info info;
-    kk_model_get_info(m, &info);
-    struct kk_error err;
-    return kk_tokenize(m, text, strlen(text), info.add_bos, false, ids, 256,
-                       &err);
-}
-
 static void generate(struct kk_model *m, struct kk_session *draft,
                      const int32_t *prompt, int n_prompt,
                      enum kk_spec_mode mode, int block, struct run *out,
@@ -103,7 +94,7 @@ static void check_lossless(const char *model, const int *blocks, int n_blocks)
         skip();
     for (size_t pi = 0; pi < sizeof prompts / sizeof prompts[0]; pi++) {
         int32_t prompt[256];
-        int n_prompt = prompt_of(m, prompts[pi], prompt);
+        int n_prompt = testutil_prompt(m, prompts[pi], prompt);
         struct run plain, spec;
         struct kk_stats st;
         generate(m, NULL, prompt, n_prompt, KK_SPEC_OFF, 0, &plain, &st);
@@ -189,7 +180,7 @@ static void test_bad_draft_is_rejected_and_changes_nothing(void **state)
     struct kk_error err;
     assert_int_equal(kk_check_draft(m, bad, &err), 0);
     int32_t prompt[256];
-    int n_prompt = prompt_of(m, prompts[0], prompt);
+    int n_prompt = testutil_prompt(m, prompts[0], prompt);
     struct run plain, spec;
     struct kk_stats st;
     generate(m, NULL, prompt, n_prompt, KK_SPEC_OFF, 0, &plain, &st);
@@ -236,7 +227,7 @@ static void test_draft_with_other_vocabulary_is_refused(void **state)
 static float *next_token_probs(struct kk_model *m, const char *text, int *n)
 {
     int32_t prompt[256];
-    int n_prompt = prompt_of(m, text, prompt);
+    int n_prompt = testutil_prompt(m, text, prompt);
     struct kk_session *s = new_session(m);
     struct kk_error err;
     assert_int_equal(kk_session_eval(s, prompt, n_prompt, false, NULL, NULL,
@@ -371,7 +362,7 @@ static void test_cache_holds_exactly_committed_tokens(void **state)
     if (!m)
         skip();
     int32_t prompt[256];
-    int n_prompt = prompt_of(m, prompts[1], prompt);
+    int n_prompt = testutil_prompt(m, prompts[1], prompt);
     for (int mode = KK_SPEC_OFF; mode <= KK_SPEC_DRAFT; mode++) {
         for (int L = 1; L <= 16; L += 3) {
             for (int n_predict = 1; n_predict <= 33; n_predict += 8) {
@@ -403,7 +394,7 @@ static void test_stop_request_ends_at_a_step_boundary(void **state)
     if (!m)
         skip();
     int32_t prompt[256];
-    int n_prompt = prompt_of(m, prompts[1], prompt);
+    int n_prompt = testutil_prompt(m, prompts[1], prompt);
     _Atomic(bool) stop = false;
     struct kk_session *s = new_session(m), *d = new_session(m);
     struct kk_generate_params gp = {.n_predict = 100, .spec = KK_SPEC_DRAFT,
@@ -435,7 +426,7 @@ static void test_full_context_stops_and_says_so(void **state)
     assert_int_equal(kk_session_new(m, &sp, &s, &err), 0);
     assert_int_equal(kk_session_new(m, &sp, &d, &err), 0);
     int32_t prompt[256];
-    int n_prompt = prompt_of(m, prompts[1], prompt);
+    int n_prompt = testutil_prompt(m, prompts[1], prompt);
     struct kk_generate_params gp = {.n_predict = 200, .spec = KK_SPEC_DRAFT,
                                     .draft = d, .block = 8};
     struct run r = {.n = 0};

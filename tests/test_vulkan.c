@@ -79,15 +79,6 @@ static bool collect(void *ud, int32_t id, const char *text,
     return true;
 }
 
-static int prompt_of(struct kk_model *m, const char *text, int32_t *ids)
-{
-    struct kk_model_info info;
-    kk_model_get_info(m, &info);
-    struct kk_error err;
-    return kk_tokenize(m, text, strlen(text), info.add_bos, false, ids, 256,
-                       &err);
-}
-
 static void generate(struct kk_session *s, struct kk_session *draft,
                      const int32_t *prompt, int n_prompt,
                      enum kk_spec_mode mode, int block, struct run *out)
@@ -112,7 +103,7 @@ static void test_speculative_greedy_equals_plain_on_vulkan(void **state)
     if (!m)
         skip();
     int32_t prompt[256];
-    int n_prompt = prompt_of(m, prompt_text, prompt);
+    int n_prompt = testutil_prompt(m, prompt_text, prompt);
     struct run plain, spec;
     struct kk_session *s = new_session(m, KK_BACKEND_VULKAN, KK_KV_F16, false);
     generate(s, NULL, prompt, n_prompt, KK_SPEC_OFF, 0, &plain);
@@ -207,7 +198,7 @@ static void test_checkpoint_restores_on_vulkan_and_continues_exactly(
     if (!m)
         skip();
     int32_t prompt[256];
-    int n_prompt = prompt_of(m, prompt_text, prompt);
+    int n_prompt = testutil_prompt(m, prompt_text, prompt);
     struct run whole, first, rest;
     struct kk_session *s = new_session(m, KK_BACKEND_VULKAN, KK_KV_Q8_0,
                                        false);
@@ -251,7 +242,7 @@ static void test_cache_types_give_the_cpu_tokens_on_vulkan(void **state)
     if (!m)
         skip();
     int32_t prompt[256];
-    int n_prompt = prompt_of(m, prompt_text, prompt);
+    int n_prompt = testutil_prompt(m, prompt_text, prompt);
     static const enum kk_kv_type types[] = {KK_KV_F16, KK_KV_Q8_0};
     for (size_t i = 0; i < sizeof types / sizeof types[0]; i++) {
         struct run cpu, gpu;

@@ -42,11 +42,6 @@ enum { SGEMM_MIN_TOKENS = 32, SGEMM_TILE_ROWS = 64 };
  * microsecond or so of each other. At most MATMUL_TASKS_MAX ranges. */
 enum { MATMUL_TAIL_BYTES = 24 * 1024, MATMUL_TASKS_MAX = 64 };
 
-/* The q, k and v projections (and ffn gate and up) multiply the same
- * activations: the prepared form of the last input up to this many floats
- * is kept, with a copy of the input to recognise it. */
-enum { MATMUL_REUSE_FLOATS = 64 * 1024 };
-
 /* Chunk partials attention may keep for a step it spreads over the
  * threads (attention.h): 4 MiB, enough for a 17-token verify of a
  * 15-head model at 1,000 positions; larger steps run one task per tile. */
@@ -70,11 +65,7 @@ struct cpu_backend {
     int n_threads;
     void *prep;            /* prepared activations of the current matmul */
     size_t prep_bytes;
-    /* What prep holds, when reusable: the input it was made from and how. */
-    float *prep_src;       /* MATMUL_REUSE_FLOATS */
-    int64_t prep_src_floats; /* 0: nothing reusable */
-    uint32_t prep_type;
-    struct matmul_input prep_in;
+    struct matmul_input prep_in; /* what prep holds */
     int64_t max_cols;
     struct attention_scratch attn;
     int n_ctx;
@@ -104,13 +95,7 @@ int backend_cpu_new(int n_threads, struct backend **out, struct kk_error *err)
     if (!be)
         return kk_fail(err, "out of memory");
     be->base.ops = &cpu_ops;
-    be->prep_src = malloc(MATMUL_REUSE_FLOATS * sizeof(float));
-    if (!be->prep_src) {
-        free(be);
-        return kk_fail(err, "out of memory");
-    }
     if (pool_new(n_threads, &be->pool, err)) {
-        free(be->prep_src);
         free(be);
         return -1;
     }
@@ -126,7 +111,6 @@ static void cpu_free(struct backend *base)
     struct cpu_backend *be = cpu(base);
     pool_free(be->pool);
     free(be->prep);
-    free(be->prep_src);
     free(be->attn.per_thread);
     free(be->attn.partials);
     for (int i = 0; i < MAX_ROPE_TABLES; i++)
@@ -177,7 +161,6 @@ static int cpu_reserve(struct backend *base, int max_tokens, int64_t max_cols,
             return -1;
 
         be->prep_bytes = need;
-        be->prep_src_floats = 0;
         be->max_cols = cols;
         be->max_tokens = toks;
     }
@@ -265,23 +248,13 @@ static int matmul_schedule(int64_t n_rows, size_t row_bytes, int n_threads,
     return k;
 }
 
-/* Prepares x for w into be->prep, unless it already holds exactly that. */
+/* x in the form w's kernels read (quantized like llama.cpp's activations),
+ * in be->prep. */
 static const struct matmul_input *prepare_input(struct cpu_backend *be,
                                                 const struct weight *w,
                                                 const float *x, int n)
 {
-    int64_t floats = (int64_t)n * w->n_cols;
-    if (floats == be->prep_src_floats && w->type == be->prep_type &&
-        w->n_cols == be->prep_in.n_cols &&
-        !memcmp(x, be->prep_src, (size_t)floats * sizeof(float)))
-        return &be->prep_in;
     matmul_prepare(w->type, x, w->n_cols, n, be->prep, &be->prep_in);
-    be->prep_src_floats = 0;
-    if (floats <= MATMUL_REUSE_FLOATS) {
-        memcpy(be->prep_src, x, (size_t)floats * sizeof(float));
-        be->prep_src_floats = floats;
-        be->prep_type = w->type;
-    }
     return &be->prep_in;
 }
 
@@ -300,7 +273,7 @@ static void sgemm_task(void *ctx, int i, int thread)
                 (int)w->n_cols, 0.0f, j->y[0] + r0, (int)w->n_rows);
 }
 
-static void matmul_f32(struct cpu_backend *be, const struct weight *w,
+static void matmul_one(struct cpu_backend *be, const struct weight *w,
                        const float *x, int n, float *y)
 {
     struct matmul_job j = {.be = be, .x = x, .n = n, .parts = 1,
@@ -319,7 +292,7 @@ static void matmul_f32(struct cpu_backend *be, const struct weight *w,
 static void cpu_matmul(struct backend *base, const struct weight *w,
                        const struct be_tensor *x, int n, struct be_tensor *y)
 {
-    matmul_f32(cpu(base), w, x->data, n, y->data);
+    matmul_one(cpu(base), w, x->data, n, y->data);
 }
 
 static void cpu_matmul_multi(struct backend *base, int count,
@@ -336,7 +309,7 @@ static void cpu_matmul_multi(struct backend *base, int count,
                        w[p]->n_cols == w[0]->n_cols;
     if (!is_stackable) {
         for (int p = 0; p < count; p++)
-            matmul_f32(be, w[p], x, n, yt[p]->data);
+            matmul_one(be, w[p], x, n, yt[p]->data);
         return;
     }
     struct matmul_job j = {.be = be, .x = x, .n = n, .parts = count};

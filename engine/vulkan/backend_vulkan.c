@@ -370,34 +370,33 @@ fail:
     return -1;
 }
 
+/* Every layer's key and value rows between the device and kv's host rows
+ * (checkpoints): to the host, or back to the device. */
+static int move_kv_rows(struct vk_backend *be, struct kv_cache *kv,
+                        bool to_host, struct kk_error *err)
+{
+    for (int il = 0; il < kv->n_layer; il++) {
+        size_t bytes = (size_t)kv->layers[il].capacity * kv->row_bytes;
+        struct vk_buffer *dev[] = {&be->kv_k[il], &be->kv_v[il]};
+        uint8_t *host[] = {kv->layers[il].k, kv->layers[il].v};
+        for (int i = 0; i < 2; i++)
+            if (to_host ? vk_download(be->dev, dev[i], 0, host[i], bytes, err)
+                        : vk_upload(be->dev, dev[i], 0, host[i], bytes, err))
+                return -1;
+    }
+    return 0;
+}
+
 static int vkb_kv_pull(struct backend *base, struct kv_cache *kv,
                        struct kk_error *err)
 {
-    struct vk_backend *be = vkb(base);
-    for (int il = 0; il < kv->n_layer; il++) {
-        size_t bytes = (size_t)kv->layers[il].capacity * kv->row_bytes;
-        if (vk_download(be->dev, &be->kv_k[il], 0, kv->layers[il].k, bytes,
-                        err) ||
-            vk_download(be->dev, &be->kv_v[il], 0, kv->layers[il].v, bytes,
-                        err))
-            return -1;
-    }
-    return 0;
+    return move_kv_rows(vkb(base), kv, true, err);
 }
 
 static int vkb_kv_push(struct backend *base, struct kv_cache *kv,
                        struct kk_error *err)
 {
-    struct vk_backend *be = vkb(base);
-    for (int il = 0; il < kv->n_layer; il++) {
-        size_t bytes = (size_t)kv->layers[il].capacity * kv->row_bytes;
-        if (vk_upload(be->dev, &be->kv_k[il], 0, kv->layers[il].k, bytes,
-                      err) ||
-            vk_upload(be->dev, &be->kv_v[il], 0, kv->layers[il].v, bytes,
-                      err))
-            return -1;
-    }
-    return 0;
+    return move_kv_rows(vkb(base), kv, false, err);
 }
 
 /* ---- tensors ---- */

@@ -156,3 +156,12 @@ int testutil_sh(const char *fmt, ...)
     int rc = system(cmd);
     return WIFEXITED(rc) ? WEXITSTATUS(rc) : -1;
 }
+
+int testutil_prompt(struct kk_model *m, const char *text, int32_t *ids)
+{
+    struct kk_model_info info;
+    kk_model_get_info(m, &info);
+    struct kk_error err;
+    return kk_tokenize(m, text, strlen(text), info.add_bos, false, ids, 256,
+                       &err);
+}

@@ -32,6 +32,10 @@ unsigned char *testutil_unhex(const char *hex, size_t *len);
  * it won't open. */
 struct kk_model *testutil_open_golden(const char *name);
 
+/* The token ids of a plain-text prompt, with BOS where the model adds one
+ * (at most 256 ids). */
+int testutil_prompt(struct kk_model *m, const char *text, int32_t *ids);
+
 /* Runs a shell command line made like printf's; its exit status (-1 when
  * it did not exit). */
 int testutil_sh(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
