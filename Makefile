@@ -63,7 +63,7 @@ $(BUILD)/%.o: %.c
 MATMUL_TYPES := f32 f16 bf16 q8_0 q4_0 q5_0 q4_k q6_k
 SHADER_NAMES := $(MATMUL_TYPES:%=matmul_%) $(MATMUL_TYPES:%=matmul_rows_%) \
                 rmsnorm rope add gated_act \
-                kv_store attention
+                kv_store rope_kv_store attention
 SPIRV      := $(SHADER_NAMES:%=$(BUILD)/shaders/%.spv)
 SPIRV_OBJ  := $(BUILD)/shaders/spirv.o
 GLSLC      ?= glslc

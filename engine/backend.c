@@ -121,6 +121,33 @@ void be_matmul_multi(struct backend *be, int count,
     be->ops->matmul_multi(be, count, w, x, n, y);
 }
 
+void be_matmul_add(struct backend *be, const struct weight *w,
+                   const struct be_tensor *x, int n, struct be_tensor *tmp,
+                   struct be_tensor *acc)
+{
+    if (be->ops->matmul_add) {
+        be->ops->matmul_add(be, w, x, n, tmp, acc);
+        return;
+    }
+    be->ops->matmul(be, w, x, n, tmp);
+    be->ops->add(be, acc, tmp, (int64_t)n * w->n_rows);
+}
+
+void be_gated_matmul(struct backend *be, const struct weight *w_gate,
+                     const struct weight *w_up, const struct be_tensor *x,
+                     int n, struct be_tensor *gate, struct be_tensor *up,
+                     bool use_gelu)
+{
+    if (be->ops->gated_matmul) {
+        be->ops->gated_matmul(be, w_gate, w_up, x, n, gate, up, use_gelu);
+        return;
+    }
+    const struct weight *w[] = {w_gate, w_up};
+    be->ops->matmul_multi(be, 2, w, x, n,
+                          (struct be_tensor *const[]){gate, up});
+    be->ops->gated_act(be, gate, up, (int64_t)n * w_gate->n_rows, use_gelu);
+}
+
 void be_copy_rows(struct backend *be, struct be_tensor *dst,
                   const struct be_tensor *src, int row0, int n)
 {
@@ -168,6 +195,23 @@ void be_kv_store(struct backend *be, struct kv_cache *kv, int il, int pos0,
 void be_kv_commit(struct backend *be, struct kv_cache *kv)
 {
     be->ops->kv_commit(be, kv);
+}
+
+void be_rope_kv_store(struct backend *be, struct kv_cache *kv, int il,
+                      int pos0, int n, struct be_tensor *q, int n_head,
+                      struct be_tensor *k, const struct be_tensor *v,
+                      int n_head_kv, int head_dim, const struct be_rope *rope)
+{
+    if (be->ops->rope_kv_store) {
+        be->ops->rope_kv_store(be, kv, il, pos0, n, q, n_head, k, v,
+                               n_head_kv, head_dim, rope);
+        return;
+    }
+    be->ops->rope(be, q, n, n_head, head_dim, rope->n_rot, rope->pos,
+                  rope->base, rope->style);
+    be->ops->rope(be, k, n, n_head_kv, head_dim, rope->n_rot, rope->pos,
+                  rope->base, rope->style);
+    be->ops->kv_store(be, kv, il, pos0, n, k, v);
 }
 
 void be_attention(struct backend *be, struct be_tensor *out,

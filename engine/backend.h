@@ -110,6 +110,19 @@ void be_matmul_multi(struct backend *be, int count,
                      const struct weight *const *w, const struct be_tensor *x,
                      int n, struct be_tensor *const *y);
 
+/* acc += W · x for n rows of x: be_matmul into tmp (width w->n_rows), then
+ * be_add into acc, which a device backend does as one op. tmp's contents
+ * are unspecified afterwards. */
+void be_matmul_add(struct backend *be, const struct weight *w,
+                   const struct be_tensor *x, int n, struct be_tensor *tmp,
+                   struct be_tensor *acc);
+/* gate = act(w_gate · x) * (w_up · x) for n rows of x, act as in
+ * be_gated_act: be_matmul_multi then be_gated_act, one op on a device
+ * backend. up's contents are unspecified afterwards. */
+void be_gated_matmul(struct backend *be, const struct weight *w_gate,
+                     const struct weight *w_up, const struct be_tensor *x,
+                     int n, struct be_tensor *gate, struct be_tensor *up,
+                     bool use_gelu);
 /* Copies rows row0 .. row0+n-1 of src to rows 0 .. n-1 of dst. */
 void be_copy_rows(struct backend *be, struct be_tensor *dst,
                   const struct be_tensor *src, int row0, int n);
@@ -146,6 +159,20 @@ void be_add_row(struct backend *be, struct be_tensor *x, const float *row,
 void be_kv_store(struct backend *be, struct kv_cache *kv, int il, int pos0,
                  int n, const struct be_tensor *k, const struct be_tensor *v);
 void be_kv_commit(struct backend *be, struct kv_cache *kv);
+/* How a layer rotates its queries and keys (be_rope's arguments). */
+struct be_rope {
+    int n_rot;
+    const int32_t *pos;   /* position of each row of the batch */
+    float base;
+    enum rope_style style;
+};
+/* be_rope of q (n_head heads) and k (n_head_kv heads), then be_kv_store of
+ * k and v: one op on a device backend, which rotates the keys on their way
+ * into the cache; k's contents are unspecified afterwards. */
+void be_rope_kv_store(struct backend *be, struct kv_cache *kv, int il,
+                      int pos0, int n, struct be_tensor *q, int n_head,
+                      struct be_tensor *k, const struct be_tensor *v,
+                      int n_head_kv, int head_dim, const struct be_rope *rope);
 
 /* Attention of n query rows q (width n_head*head_dim) at positions
  * pos0..pos0+n-1 over layer il of the cache, whose slots hold positions

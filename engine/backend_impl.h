@@ -3,7 +3,9 @@
  *
  * An implementation embeds struct backend as the first member of its own
  * struct and fills a static table of ops; every op has the meaning and the
- * arguments of its be_ / backend_ counterpart in backend.h. */
+ * arguments of its be_ / backend_ counterpart in backend.h. The fused ops
+ * (matmul_add, gated_matmul, rope_kv_store) may be NULL: backend.c then
+ * runs the ops they stand for, one after another. */
 #ifndef KK_BACKEND_IMPL_H
 #define KK_BACKEND_IMPL_H
 
@@ -38,6 +40,19 @@ struct backend_ops {
                          const struct weight *const *w,
                          const struct be_tensor *x, int n,
                          struct be_tensor *const *y);
+    void (*matmul_add)(struct backend *be, const struct weight *w,
+                       const struct be_tensor *x, int n,
+                       struct be_tensor *tmp, struct be_tensor *acc);
+    void (*gated_matmul)(struct backend *be, const struct weight *w_gate,
+                         const struct weight *w_up,
+                         const struct be_tensor *x, int n,
+                         struct be_tensor *gate, struct be_tensor *up,
+                         bool use_gelu);
+    void (*rope_kv_store)(struct backend *be, struct kv_cache *kv, int il,
+                          int pos0, int n, struct be_tensor *q, int n_head,
+                          struct be_tensor *k, const struct be_tensor *v,
+                          int n_head_kv, int head_dim,
+                          const struct be_rope *rope);
     void (*copy_rows)(struct backend *be, struct be_tensor *dst,
                       const struct be_tensor *src, int row0, int n);
     void (*rmsnorm)(struct backend *be, struct be_tensor *y,

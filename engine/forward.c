@@ -94,7 +94,24 @@ const float *forward_logits(const struct forward *f)
     return f->logits_host;
 }
 
-/* Attention block of layer il: h -> o, storing this batch's keys/values. */
+/* x += the block's output W · in, normed first when the layer has a
+ * post-norm (gemma3); o is scratch. */
+static void block_output(struct forward *f, const struct weight *w,
+                         const struct be_tensor *in, const float *post_norm,
+                         int n)
+{
+    const struct model_hparams *hp = &f->m->hp;
+    if (!post_norm) {
+        be_matmul_add(f->be, w, in, n, f->o, f->x);
+        return;
+    }
+    be_matmul(f->be, w, in, n, f->o);
+    be_rmsnorm(f->be, f->o, f->o, post_norm, n, hp->n_embd, hp->rms_eps);
+    be_add(f->be, f->x, f->o, (int64_t)n * hp->n_embd);
+}
+
+/* Attention block of layer il: x += attention(h), storing this batch's
+ * keys and values. */
 static void attention_block(struct forward *f, struct kv_cache *kv, int il,
                             int n, int pos0)
 {
@@ -117,35 +134,24 @@ static void attention_block(struct forward *f, struct kv_cache *kv, int il,
         be_rmsnorm(be, f->k, f->k, L->k_norm, n * hp->n_head_kv, hd,
                    hp->rms_eps);
     }
-    be_rope(be, f->q, n, hp->n_head, hd, hp->n_rot, f->pos, L->rope_base,
-            hp->rope);
-    be_rope(be, f->k, n, hp->n_head_kv, hd, hp->n_rot, f->pos, L->rope_base,
-            hp->rope);
-    be_kv_store(be, kv, il, pos0, n, f->k, f->v);
+    const struct be_rope rope = {.n_rot = hp->n_rot, .pos = f->pos,
+                                 .base = L->rope_base, .style = hp->rope};
+    be_rope_kv_store(be, kv, il, pos0, n, f->q, hp->n_head, f->k, f->v,
+                     hp->n_head_kv, hd, &rope);
     be_attention(be, f->att, f->q, kv, il, n, pos0, hp->n_head,
                  hp->n_head_kv, hd, L->is_sliding ? hp->sliding_window : 0,
                  hp->attn_scale);
     be_kv_commit(be, kv);
-    be_matmul(be, &L->wo, f->att, n, f->o);
-    if (L->post_attn_norm)
-        be_rmsnorm(be, f->o, f->o, L->post_attn_norm, n, hp->n_embd,
-                   hp->rms_eps);
+    block_output(f, &L->wo, f->att, L->post_attn_norm, n);
 }
 
-/* Feed-forward block of layer il: h -> o. */
+/* Feed-forward block of layer il: x += ffn(h). */
 static void ffn_block(struct forward *f, int il, int n)
 {
-    const struct model_hparams *hp = &f->m->hp;
     const struct layer *L = &f->m->layers[il];
-    struct backend *be = f->be;
-    const struct weight *gate_up[] = {&L->ffn_gate, &L->ffn_up};
-    be_matmul_multi(be, 2, gate_up, f->h, n,
-                    (struct be_tensor *const[]){f->gate, f->up});
-    be_gated_act(be, f->gate, f->up, (int64_t)n * hp->n_ff, hp->uses_gelu);
-    be_matmul(be, &L->ffn_down, f->gate, n, f->o);
-    if (L->post_ffn_norm)
-        be_rmsnorm(be, f->o, f->o, L->post_ffn_norm, n, hp->n_embd,
-                   hp->rms_eps);
+    be_gated_matmul(f->be, &L->ffn_gate, &L->ffn_up, f->h, n, f->gate, f->up,
+                    f->m->hp.uses_gelu);
+    block_output(f, &L->ffn_down, f->gate, L->post_ffn_norm, n);
 }
 
 static int check_input(const struct forward *f, const struct kv_cache *kv,
@@ -202,10 +208,8 @@ int forward_run(struct forward *f, struct kv_cache *kv, const int32_t *tokens,
         const struct layer *L = &m->layers[il];
         be_rmsnorm(be, f->h, f->x, L->attn_norm, n, hp->n_embd, hp->rms_eps);
         attention_block(f, kv, il, n, pos0);
-        be_add(be, f->x, f->o, (int64_t)n * hp->n_embd);
         be_rmsnorm(be, f->h, f->x, L->ffn_norm, n, hp->n_embd, hp->rms_eps);
         ffn_block(f, il, n);
-        be_add(be, f->x, f->o, (int64_t)n * hp->n_embd);
     }
     if (n_out > 0) {
         be_copy_rows(be, f->h, f->x, logits_from, n_out);

@@ -1,67 +1,81 @@
 /* matmul.comp — y[t][r] = sum_c W[r][c] x[t][c] for one weight type
- * (compiled once per -DWTYPE_<T>; contract in engine/vulkan/vk_shaders.h).
+ * (compiled once per -DWTYPE_<T>; contract in engine/vulkan/vk_shaders.h),
+ * for up to three matrices of one type and width in one dispatch, with
+ * what follows the product folded in (pc.mode):
+ *   MM_STORE  y_m = W_m x                 (q, k and v together)
+ *   MM_ADD    y_0 += W_0 x                (the residual stream's update)
+ *   MM_GATED  y_0 = act(W_0 x) * (W_1 x)  (ffn gate and up, then act)
  *
- * A workgroup owns MM_ROWS weight rows and up to MM_TOKENS tokens. Each
- * row is cut into groups of 8 values (16 for Q6_K), each a few bytes of
- * one block, given as runs of 4 consecutive columns; the WG threads take
- * the groups in turn, so every weight byte is read from memory once per
- * workgroup, neighbouring threads read neighbouring bytes, and x is read
- * as vec4s a warp reads together. A thread multiplies its dequantised
- * values with every token of the batch, each x vec4 serving both rows, and
- * keeps MM_ROWS x MM_TOKENS f32 partial sums; a shared-memory reduction
- * adds the threads' partials at the end. Block layouts are ggml's, decoded
+ * A workgroup of the GPU form owns MM_SLOTS weight rows (MM_GATED: half as
+ * many rows of both matrices) and up to MM_TOKENS tokens. Each row is cut
+ * into groups of 8 values (16 for Q8_0 and Q6_K), given as runs of 4 consecutive
+ * columns; thread i takes groups i, i + WG, ..., so neighbouring threads
+ * read neighbouring bytes, every weight byte is read once per workgroup,
+ * and each x vec4 serves all of the workgroup's rows. A thread keeps
+ * MM_SLOTS x MM_TOKENS f32 partial sums; subgroupAdd and then the
+ * subgroups' sums in order give each output.
+ *
+ * One summation order for every batch size: a token's sum is built the
+ * same way (the same groups per thread, in the same order, each group's
+ * products as one fma chain, `precise`) whether it is alone or one of 16,
+ * so verifying a block reproduces decoding it token by token to the bit —
+ * what keeps greedy speculative output equal to plain decoding.
+ *
+ * Block layouts are ggml's (Q8_0 rearranged at upload, see below), decoded
  * as engine/quant.c's dequantize_row does (same scale products). Rows may
- * start anywhere in a word (Q8_0 with an odd number of blocks, f16 rows of
- * an odd width): weights are read through common.glsl's byte helpers.
- *
- * F32/F16/BF16 rows of a width that is not a multiple of 8 end in a
- * partial group, read value by value; with a width that is not a multiple
- * of 4, x is read value by value too. Quantized rows are whole blocks.
- * (The unrolled token loop makes big shaders: lavapipe's LLVM takes
- * seconds to compile each, once per driver shader cache.)
+ * start anywhere in a word (odd block counts, f16 rows of an odd width):
+ * weights are read through common.glsl's byte helpers. F32/F16/BF16 rows
+ * of a width that is not a multiple of 8 end in a partial group, read value
+ * by value; with a width that is not a multiple of 4, x is read value by
+ * value too. Quantized rows are whole blocks.
  *
  * With -DMM_ROWWISE (matmul_rows_<t>) each invocation computes one whole
- * row instead, for CPU-backed devices; see MM_ROWWISE_ROWS. Row groups
- * past the device's grid limit spill into z in both variants. */
+ * row (MM_GATED: a row of both) instead, for CPU-backed devices, whose
+ * invocations are SIMD lanes: there, 64 cooperating threads on a few rows
+ * spend their time in barriers and idle lanes. Row groups past the device's
+ * grid limit spill into z in both forms. */
 #version 450
 
+#extension GL_KHR_shader_subgroup_basic : require
+#extension GL_KHR_shader_subgroup_arithmetic : require
+
 #include "common.glsl"
+#include "act.glsl"
 
-#define MM_ROWS 2
-#define MM_TOKENS 16
-#define WG 128u
-#define DECODE_STEP (8u / RUNS)
-#define MM_OUT (MM_ROWS * MM_TOKENS)
-#if MM_OUT != 32
-#error "the reduction below gives one 32-thread slice an output each"
-#endif
-
-#ifdef MM_ROWWISE
-/* One invocation per row: for devices that run invocations as SIMD lanes
- * of a CPU (lavapipe), where a workgroup of 128 cooperating threads for
- * two rows spends its time in barriers and idle lanes. */
+#define MM_SLOTS 4u   /* accumulate() spells out 4 */
+#define MM_TOKENS 16u
 #define MM_ROWWISE_ROWS 64u
-layout(local_size_x = 64) in;
-#else
-layout(local_size_x = 128) in;
-#endif
+#define WG 64u
+#define MM_STORE 0u
+#define MM_ADD 1u
+#define MM_GATED 2u
 
-layout(std430, binding = 0) readonly buffer WBuf { uint w[]; };
+layout(local_size_x = 64) in;
+
+/* Up to three matrices, picked by a workgroup-uniform index; Q8_0 reads
+ * aligned rows as uvec4s through the second view. */
+layout(std430, binding = 0) readonly buffer WBuf { uint w[]; } W[3];
+layout(std430, binding = 0) readonly buffer WBuf4 { uvec4 w4[]; } W4[3];
+#define WM W[m].w
 /* X twice: as floats, and as vec4s for rows whose width is a multiple
  * of 4 (all quantized ones). */
 layout(std430, binding = 1) readonly buffer XBuf { float x[]; };
 layout(std430, binding = 1) readonly buffer XBuf4 { vec4 x4[]; };
-layout(std430, binding = 2) writeonly buffer YBuf { float y[]; };
+layout(std430, binding = 2) buffer YBuf { float y[]; } Y[3];
 
 layout(push_constant) uniform Push {
-    uint n_cols, n_rows, n_tokens, row_bytes;
+    uint n_cols, row_bytes, n_tokens, mode;
+    uint n_rows[3];
+    uint start[3];   /* first row group of matrix m; ~0u: no matrix m */
+    uint use_gelu;
 } pc;
 
 /* ---- per weight type ----
  *   RUNS                      runs of 4 columns in a group
  *   n_groups()                groups in a row
  *   run_col(gi, r)            first column of run r of group gi
- *   group_values(off, gi, v)  the group's values in the row at byte off */
+ *   group_values(m, off, gi, v)  the group's values in the row at byte
+ *                             off of matrix m */
 
 #if defined(WTYPE_F32) || defined(WTYPE_F16) || defined(WTYPE_BF16)
 
@@ -72,22 +86,22 @@ uint run_col(uint gi, uint r) { return 8u * gi + 4u * r; }
 
 #if defined(WTYPE_F32)
 /* Rows of f32 are always word aligned (row_bytes = 4 n_cols). */
-void group_values(uint off, uint gi, out vec4 v[RUNS])
+void group_values(uint m, uint off, uint gi, out vec4 v[RUNS])
 {
     uint w0 = (off >> 2u) + 8u * gi;
     [[unroll]] for (uint r = 0u; r < RUNS; r++)
-        v[r] = uintBitsToFloat(uvec4(w[w0 + 4u * r], w[w0 + 4u * r + 1u],
-                                     w[w0 + 4u * r + 2u],
-                                     w[w0 + 4u * r + 3u]));
+        v[r] = uintBitsToFloat(uvec4(WM[w0 + 4u * r], WM[w0 + 4u * r + 1u],
+                                     WM[w0 + 4u * r + 2u],
+                                     WM[w0 + 4u * r + 3u]));
 }
-float elem(uint off, uint c) { return uintBitsToFloat(w[(off >> 2u) + c]); }
+float elem(uint m, uint off, uint c) { return uintBitsToFloat(WM[(off >> 2u) + c]); }
 
 #else /* F16, BF16: 16 bytes per group, possibly half-word aligned */
-void group_values(uint off, uint gi, out vec4 v[RUNS])
+void group_values(uint m, uint off, uint gi, out vec4 v[RUNS])
 {
     uint raw[4];
     uint b = off + 16u * gi;
-    KK_LOAD_WORDS(w, b, raw, 4u);
+    KK_LOAD_WORDS(WM, b, raw, 4u);
     [[unroll]] for (uint r = 0u; r < RUNS; r++) {
 #if defined(WTYPE_F16)
         v[r] = vec4(unpackHalf2x16(raw[2u * r]),
@@ -100,31 +114,46 @@ void group_values(uint off, uint gi, out vec4 v[RUNS])
 #endif
     }
 }
-float elem(uint off, uint c)
+float elem(uint m, uint off, uint c)
 {
     uint b = off + 2u * c;
 #if defined(WTYPE_F16)
-    return kk_f16_to_f32(KK_U16(w, b));
+    return kk_f16_to_f32(KK_U16(WM, b));
 #else
-    return kk_bf16_to_f32(KK_U16(w, b));
+    return kk_bf16_to_f32(KK_U16(WM, b));
 #endif
 }
 #endif
 
 #elif defined(WTYPE_Q8_0)
 
-/* { f16 d; i8 q[32]; } = 34 bytes: x = q * d. Group k (0..3) of a block:
- * q[8k .. 8k+8). */
-#define RUNS 2u
-uint n_groups() { return pc.n_cols / 8u; }
-uint run_col(uint gi, uint r) { return 8u * gi + 4u * r; }
-void group_values(uint off, uint gi, out vec4 v[RUNS])
+/* Q8_0 as vk_model uploads it (vk_model_repack_rows): each row's blocks
+ * { f16 d; i8 q[32]; } split into the row's quants, n_cols bytes, then its
+ * scales, 2 bytes a block, in the same row_bytes. Group gi is quants
+ * 16 gi .. 16 gi + 16 of block gi / 2: one aligned 16-byte load when rows
+ * are 16-byte aligned (a memory-bound decode wants as many bytes in flight
+ * per thread as it can get), four words when 4-byte aligned. */
+#define RUNS 4u
+uint n_groups() { return pc.n_cols / 16u; }
+uint run_col(uint gi, uint r) { return 16u * gi + 4u * r; }
+void group_values(uint m, uint off, uint gi, out vec4 v[RUNS])
 {
-    uint b = off + (gi >> 2u) * 34u;
-    float d = kk_f16_to_f32(KK_U16(w, b));
-    uint q[2];
-    uint bq = b + 2u + 8u * (gi & 3u);
-    KK_LOAD_WORDS(w, bq, q, 2u);
+    uint bd = off + pc.n_cols + 2u * (gi >> 1u);
+    float d = kk_f16_to_f32(KK_U16(WM, bd));
+    uint q[4];
+    if ((pc.row_bytes & 15u) == 0u) {
+        uvec4 p = W4[m].w4[(off >> 4u) + gi];
+        q[0] = p.x;
+        q[1] = p.y;
+        q[2] = p.z;
+        q[3] = p.w;
+    } else if ((pc.row_bytes & 3u) == 0u) {
+        [[unroll]] for (uint k = 0u; k < 4u; k++)
+            q[k] = WM[(off >> 2u) + 4u * gi + k];
+    } else {
+        uint bq = off + 16u * gi;
+        KK_LOAD_WORDS(WM, bq, q, 4u);
+    }
     [[unroll]] for (uint r = 0u; r < RUNS; r++)
         v[r] = vec4(kk_sbyte(q[r], 0u), kk_sbyte(q[r], 1u),
                     kk_sbyte(q[r], 2u), kk_sbyte(q[r], 3u)) * d;
@@ -138,12 +167,12 @@ void group_values(uint off, uint gi, out vec4 v[RUNS])
 #define RUNS 2u
 uint n_groups() { return pc.n_cols / 8u; }
 uint run_col(uint gi, uint r) { return 32u * (gi >> 2u) + 16u * r + 4u * (gi & 3u); }
-void group_values(uint off, uint gi, out vec4 v[RUNS])
+void group_values(uint m, uint off, uint gi, out vec4 v[RUNS])
 {
     uint b = off + (gi >> 2u) * 18u;
-    float d = kk_f16_to_f32(KK_U16(w, b));
+    float d = kk_f16_to_f32(KK_U16(WM, b));
     uint bq = b + 2u + 4u * (gi & 3u);
-    uint q = KK_U32(w, bq);
+    uint q = KK_U32(WM, bq);
     [[unroll]] for (uint r = 0u; r < RUNS; r++) {
         ivec4 n = ivec4((uvec4(q) >> (uvec4(0u, 8u, 16u, 24u) + 4u * r)) & 0xfu);
         v[r] = vec4(n - 8) * d;
@@ -157,15 +186,15 @@ void group_values(uint off, uint gi, out vec4 v[RUNS])
 #define RUNS 2u
 uint n_groups() { return pc.n_cols / 8u; }
 uint run_col(uint gi, uint r) { return 32u * (gi >> 2u) + 16u * r + 4u * (gi & 3u); }
-void group_values(uint off, uint gi, out vec4 v[RUNS])
+void group_values(uint m, uint off, uint gi, out vec4 v[RUNS])
 {
     uint b = off + (gi >> 2u) * 22u;
-    float d = kk_f16_to_f32(KK_U16(w, b));
+    float d = kk_f16_to_f32(KK_U16(WM, b));
     uint bh = b + 2u;
-    uint qh = KK_U32(w, bh);
+    uint qh = KK_U32(WM, bh);
     uint k = gi & 3u;
     uint bq = b + 6u + 4u * k;
-    uint q = KK_U32(w, bq);
+    uint q = KK_U32(WM, bq);
     [[unroll]] for (uint r = 0u; r < RUNS; r++) {
         uvec4 lo = (uvec4(q) >> (uvec4(0u, 8u, 16u, 24u) + 4u * r)) & 0xfu;
         uvec4 hi = (uvec4(qh) >> (uvec4(0u, 1u, 2u, 3u) + 16u * r + 4u * k)) & 1u;
@@ -208,18 +237,18 @@ void scale_min(uint s0, uint s1, uint s2, uint j, out uint sc, out uint m)
     }
 }
 
-void group_values(uint off, uint gi, out vec4 v[RUNS])
+void group_values(uint m, uint off, uint gi, out vec4 v[RUNS])
 {
     uint c = (gi >> 3u) & 3u;
     uint b = off + (gi >> 5u) * 144u;
-    float d = kk_f16_to_f32(KK_U16(w, b));
+    float d = kk_f16_to_f32(KK_U16(WM, b));
     uint bm = b + 2u;
-    float dmin = kk_f16_to_f32(KK_U16(w, bm));
+    float dmin = kk_f16_to_f32(KK_U16(WM, bm));
     uint s[3];
     uint bs = b + 4u;
-    KK_LOAD_WORDS(w, bs, s, 3u);
+    KK_LOAD_WORDS(WM, bs, s, 3u);
     uint bq = b + 16u + 32u * c + 4u * (gi & 7u);
-    uint q = KK_U32(w, bq);
+    uint q = KK_U32(WM, bq);
     [[unroll]] for (uint r = 0u; r < RUNS; r++) {
         uint sc, m;
         scale_min(s[0], s[1], s[2], 2u * c + r, sc, m);
@@ -241,19 +270,19 @@ uint run_col(uint gi, uint r)
 {
     return 256u * (gi >> 4u) + 128u * ((gi >> 3u) & 1u) + 32u * r + 4u * (gi & 7u);
 }
-void group_values(uint off, uint gi, out vec4 v[RUNS])
+void group_values(uint m, uint off, uint gi, out vec4 v[RUNS])
 {
     uint h = (gi >> 3u) & 1u, k = gi & 7u;
     uint b = off + (gi >> 4u) * 210u;
     uint bd = b + 208u;
-    float d = kk_f16_to_f32(KK_U16(w, bd));
+    float d = kk_f16_to_f32(KK_U16(WM, bd));
     uint b0 = b + 64u * h + 4u * k, b1 = b0 + 32u;
     uint bh = b + 128u + 32u * h + 4u * k;
-    uint l0 = KK_U32(w, b0), l1 = KK_U32(w, b1), qh = KK_U32(w, bh);
+    uint l0 = KK_U32(WM, b0), l1 = KK_U32(WM, b1), qh = KK_U32(WM, bh);
     const uvec4 sh = uvec4(0u, 8u, 16u, 24u);
     [[unroll]] for (uint r = 0u; r < RUNS; r++) {
         uint bs = b + 192u + 8u * h + (k >> 2u) + 2u * r;
-        int sc = bitfieldExtract(int(KK_U8(w, bs)), 0, 8);
+        int sc = bitfieldExtract(int(KK_U8(WM, bs)), 0, 8);
         uint lw = (r & 1u) != 0u ? l1 : l0;
         uvec4 lo = (uvec4(lw) >> (sh + ((r & 2u) != 0u ? 4u : 0u))) & 0xfu;
         uvec4 hi = (uvec4(qh) >> (sh + 2u * r)) & 3u;
@@ -285,9 +314,9 @@ vec4 load_x4(uint t, uint col)
     return x4[(t * pc.n_cols + col) >> 2u];
 }
 
-/* The values of group gi of the row at byte off. The partial last group
- * of an f32/f16/bf16 row: its values one by one, zeros after. */
-void values(uint off, uint gi, out vec4 v[RUNS])
+/* The values of group gi of the row at byte off of matrix m. The partial
+ * last group of an f32/f16/bf16 row: its values one by one, zeros after. */
+void values(uint m, uint off, uint gi, out vec4 v[RUNS])
 {
 #ifdef HAS_TAIL
     const uint n = min(8u, pc.n_cols - 8u * gi);
@@ -296,152 +325,205 @@ void values(uint off, uint gi, out vec4 v[RUNS])
             v[r] = vec4(0.0);
             [[unroll]] for (uint i = 0u; i < 4u; i++)
                 if (4u * r + i < n)
-                    v[r][i] = elem(off, run_col(gi, r) + i);
+                    v[r][i] = elem(m, off, run_col(gi, r) + i);
         }
         return;
     }
 #endif
-    group_values(off, gi, v);
+    group_values(m, off, gi, v);
 }
 
-/* acc[r * MM_TOKENS + t]: this thread's partial sum for row r0 + r and
- * token t0 + t. */
-float acc[MM_OUT];
-
-/* acc += the group's values of both rows times x, for the nt tokens from
- * t0. The token loop is unrolled to constant bounds so acc stays in
- * registers. */
-void accumulate(uint gi, uint t0, uint nt, vec4 va[RUNS], vec4 vb[RUNS])
+/* One group's products for one token: a single fma chain, so that its
+ * value does not depend on how the compiler schedules a batch. */
+float group_dot(vec4 v[RUNS], vec4 xv[RUNS])
 {
-    [[unroll]] for (uint t = 0u; t < MM_TOKENS; t++) {
-        if (t < nt) {
-            float sa = 0.0, sb = 0.0;
-            [[unroll]] for (uint r = 0u; r < RUNS; r++) {
-                vec4 xv = load_x4(t0 + t, run_col(gi, r));
-                sa += dot(va[r], xv);
-                sb += dot(vb[r], xv);
-            }
-            acc[t] += sa;
-            acc[MM_TOKENS + t] += sb;
-        }
+    precise float s = v[0].x * xv[0].x;
+    s = fma(v[0].y, xv[0].y, s);
+    s = fma(v[0].z, xv[0].z, s);
+    s = fma(v[0].w, xv[0].w, s);
+    [[unroll]] for (uint r = 1u; r < RUNS; r++) {
+        s = fma(v[r].x, xv[r].x, s);
+        s = fma(v[r].y, xv[r].y, s);
+        s = fma(v[r].z, xv[r].z, s);
+        s = fma(v[r].w, xv[r].w, s);
     }
+    return s;
 }
+
+/* The matrix of row group g: groups are numbered through the matrices in
+ * order (pc.start). */
+uint matrix_of(uint g)
+{
+    return g >= pc.start[2] ? 2u : g >= pc.start[1] ? 1u : 0u;
+}
+
+/* The output sum for token t of the product's row r of matrix m (for
+ * MM_GATED, gate and up sums of row r): stored as the mode says. */
+void store_sum(uint m, uint r, uint t, float sum)
+{
+    const uint i = t * pc.n_rows[m] + r;
+    if (pc.mode == MM_ADD)
+        Y[m].y[i] = Y[m].y[i] + sum;
+    else
+        Y[m].y[i] = sum;
+}
+
+void store_gated(uint r, uint t, float gate, float up)
+{
+    Y[0].y[t * pc.n_rows[0] + r] = kk_gated(gate, up, pc.use_gelu != 0u);
+}
+
+/* F(t) for each of the MM_TOKENS (16) tokens. */
+#define TOKENS_16(F)                                                         \
+    F(0u) F(1u) F(2u) F(3u) F(4u) F(5u) F(6u) F(7u)                          \
+    F(8u) F(9u) F(10u) F(11u) F(12u) F(13u) F(14u) F(15u)
+
 
 #ifdef MM_ROWWISE
 
+/* acc[s * MM_TOKENS + t]: slot s (the row; MM_GATED: 0 gate, 1 up). */
+float acc[2u * MM_TOKENS];
+
+/* Token t of group gi of the row (and its up row), and token t's
+ * results: spelled out per token, for acc to stay in registers. */
+#define ROW_TOKEN(t)                                                         \
+    if ((t) < nt) {                                                          \
+        vec4 xv[RUNS];                                                       \
+        [[unroll]] for (uint k = 0u; k < RUNS; k++)                          \
+            xv[k] = load_x4(t0 + (t), run_col(gi, k));                       \
+        acc[t] += group_dot(v[0], xv);                                       \
+        if (gated)                                                           \
+            acc[MM_TOKENS + (t)] += group_dot(v[1], xv);                     \
+    }
+#define STORE_TOKEN(t)                                                       \
+    if ((t) < nt) {                                                          \
+        if (gated)                                                           \
+            store_gated(r, t0 + (t), acc[t], acc[MM_TOKENS + (t)]);          \
+        else                                                                 \
+            store_sum(m, r, t0 + (t), acc[t]);                               \
+    }
+
 void main()
 {
-    const uint r = (gl_WorkGroupID.x + gl_WorkGroupID.z * gl_NumWorkGroups.x)
-                   * MM_ROWWISE_ROWS + gl_LocalInvocationID.x;
-    if (r >= pc.n_rows)
+    const uint group = gl_WorkGroupID.x + gl_WorkGroupID.z * gl_NumWorkGroups.x;
+    const uint m = matrix_of(group);
+    const uint r = (group - pc.start[m]) * MM_ROWWISE_ROWS +
+                   gl_LocalInvocationID.x;
+    if (r >= pc.n_rows[m])
         return;
+    const bool gated = pc.mode == MM_GATED;
     const uint t0 = gl_WorkGroupID.y * MM_TOKENS;
-    const uint nt = min(uint(MM_TOKENS), pc.n_tokens - t0);
+    const uint nt = min(MM_TOKENS, pc.n_tokens - t0);
     const uint off = r * pc.row_bytes;
-    [[unroll]] for (uint j = 0u; j < MM_TOKENS; j++)
+    [[unroll]] for (uint j = 0u; j < 2u * MM_TOKENS; j++)
         acc[j] = 0.0;
     const uint ng = n_groups();
     for (uint gi = 0u; gi < ng; gi++) {
-        vec4 v[RUNS];
-        values(off, gi, v);
-        [[unroll]] for (uint t = 0u; t < MM_TOKENS; t++) {
-            if (t < nt) {
-                float sum = 0.0;
-                [[unroll]] for (uint k = 0u; k < RUNS; k++)
-                    sum += dot(v[k], load_x4(t0 + t, run_col(gi, k)));
-                acc[t] += sum;
-            }
-        }
+        vec4 v[2][RUNS];
+        values(m, off, gi, v[0]);
+        if (gated)
+            values(1u, off, gi, v[1]);
+        TOKENS_16(ROW_TOKEN)
     }
-    for (uint t = 0u; t < nt; t++)
-        y[(t0 + t) * pc.n_rows + r] = acc[t];
+    TOKENS_16(STORE_TOKEN)
 }
 
 #else
 
-/* Partials of every thread, padded to 33 so that a warp's 32 threads
- * writing their sums hit 32 different banks. */
-shared float red[WG * 33u];
-shared float red2[(WG / 32u) * MM_OUT];
+/* acc[s * MM_TOKENS + t]: this thread's partial sum for slot s, token
+ * t0 + t. Slot s is row r0 + s of matrix m, or for MM_GATED row
+ * r0 + s / 2 of matrix s % 2. */
+float acc[MM_SLOTS * MM_TOKENS];
+/* Each subgroup's sums (subgroups of 4+ lanes: at most WG / 4 of them),
+ * then the workgroup's. */
+shared float red[(WG / 4u) * MM_SLOTS * MM_TOKENS];
+shared float sums[MM_SLOTS * MM_TOKENS];
+
+/* Token t of a group: acc[., t] += the slots' values times x[t0 + t].
+ * Spelled out per token (TOKENS_16 below) rather than as a loop: glslc
+ * leaves a loop this size rolled, and acc indexed by a loop counter lives
+ * in memory, not registers, which made the whole matmul 5x slower. */
+#define ACCUMULATE_TOKEN(t)                                                  \
+    if ((t) < nt) {                                                          \
+        vec4 xv[RUNS];                                                       \
+        [[unroll]] for (uint k = 0u; k < RUNS; k++)                          \
+            xv[k] = load_x4(t0 + (t), run_col(gi, k));                       \
+        [[unroll]] for (uint s = 0u; s < MM_SLOTS; s++)                      \
+            acc[s * MM_TOKENS + (t)] += group_dot(v[s], xv);                 \
+    }
+/* acc += group gi of every slot's row times the nt tokens from t0. */
+void accumulate(uint gi, uint t0, uint nt, uint mat[MM_SLOTS],
+                uint off[MM_SLOTS])
+{
+    /* the slots spelled out too: a rolled loop here (the f32/f16 tail
+     * makes values() long) puts v in memory */
+    vec4 v[MM_SLOTS][RUNS];
+    values(mat[0], off[0], gi, v[0]);
+    values(mat[1], off[1], gi, v[1]);
+    values(mat[2], off[2], gi, v[2]);
+    values(mat[3], off[3], gi, v[3]);
+    TOKENS_16(ACCUMULATE_TOKEN)
+}
+
+/* sums[j] = the workgroup's total of acc[j], for the tokens in use. */
+void reduce(uint nt)
+{
+    const uint tid = gl_LocalInvocationID.x;
+    [[unroll]] for (uint j = 0u; j < MM_SLOTS * MM_TOKENS; j++) {
+        if (j % MM_TOKENS < nt) {
+            float s = subgroupAdd(acc[j]);
+            if (subgroupElect())
+                red[gl_SubgroupID * MM_SLOTS * MM_TOKENS + j] = s;
+        }
+    }
+    barrier();
+    if (tid < MM_SLOTS * MM_TOKENS && tid % MM_TOKENS < nt) {
+        float s = red[tid];
+        for (uint k = 1u; k < gl_NumSubgroups; k++)
+            s += red[k * MM_SLOTS * MM_TOKENS + tid];
+        sums[tid] = s;
+    }
+    barrier();
+}
 
 void main()
 {
     const uint tid = gl_LocalInvocationID.x;
-    const uint r0 = (gl_WorkGroupID.x + gl_WorkGroupID.z * gl_NumWorkGroups.x)
-                    * MM_ROWS;
-    if (r0 >= pc.n_rows)
+    const uint group = gl_WorkGroupID.x + gl_WorkGroupID.z * gl_NumWorkGroups.x;
+    const bool gated = pc.mode == MM_GATED;
+    const uint m = matrix_of(group);
+    const uint per = gated ? MM_SLOTS / 2u : MM_SLOTS;
+    const uint r0 = (group - pc.start[m]) * per;
+    const uint rows = pc.n_rows[m];
+    if (r0 >= rows)
         return;
     const uint t0 = gl_WorkGroupID.y * MM_TOKENS;
-    const uint nt = min(uint(MM_TOKENS), pc.n_tokens - t0);
-    const bool has_row1 = r0 + 1u < pc.n_rows;
-    const uint off0 = r0 * pc.row_bytes;
-    /* A lone last row is read twice rather than reading past it. */
-    const uint off1 = has_row1 ? off0 + pc.row_bytes : off0;
+    const uint nt = min(MM_TOKENS, pc.n_tokens - t0);
 
-    [[unroll]] for (uint j = 0u; j < MM_OUT; j++)
+    /* Slots past the last row read the last row again (never past it). */
+    uint mat[MM_SLOTS], off[MM_SLOTS];
+    [[unroll]] for (uint s = 0u; s < MM_SLOTS; s++) {
+        const uint r = gated ? r0 + s / 2u : r0 + s;
+        mat[s] = gated ? s % 2u : m;
+        off[s] = min(r, rows - 1u) * pc.row_bytes;
+    }
+    [[unroll]] for (uint j = 0u; j < MM_SLOTS * MM_TOKENS; j++)
         acc[j] = 0.0;
-
     const uint ng = n_groups();
-    if (nt == 1u) {
-        /* Decode, one token: memory-bound. DECODE_STEP groups per step,
-         * all loaded before any is used, keep that many times the bytes
-         * in flight (the registers are there: the batched loop below
-         * sets the shader's allocation). Groups past the row are clamped
-         * to its last and count 0, so that no branch separates a load
-         * from its use (the GPU would wait for each load in turn). */
-        for (uint g0 = tid; g0 < ng; g0 += DECODE_STEP * WG) {
-            vec4 va[DECODE_STEP][RUNS], vb[DECODE_STEP][RUNS],
-                xv[DECODE_STEP][RUNS];
-            [[unroll]] for (uint u = 0u; u < DECODE_STEP; u++) {
-                const uint gi = min(g0 + u * WG, ng - 1u);
-                values(off0, gi, va[u]);
-                values(off1, gi, vb[u]);
-                [[unroll]] for (uint r = 0u; r < RUNS; r++)
-                    xv[u][r] = load_x4(t0, run_col(gi, r));
-            }
-            [[unroll]] for (uint u = 0u; u < DECODE_STEP; u++) {
-                float sa = 0.0, sb = 0.0;
-                [[unroll]] for (uint r = 0u; r < RUNS; r++) {
-                    sa += dot(va[u][r], xv[u][r]);
-                    sb += dot(vb[u][r], xv[u][r]);
-                }
-                const bool inside = g0 + u * WG < ng;
-                acc[0] += inside ? sa : 0.0;
-                acc[MM_TOKENS] += inside ? sb : 0.0;
-            }
-        }
-    } else {
-        for (uint gi = tid; gi < ng; gi += WG) {
-            vec4 va[RUNS], vb[RUNS];
-            values(off0, gi, va);
-            values(off1, gi, vb);
-            accumulate(gi, t0, nt, va, vb);
-        }
-    }
+    for (uint gi = tid; gi < ng; gi += WG)
+        accumulate(gi, t0, nt, mat, off);
+    reduce(nt);
 
-    /* Reduction of the outputs in use (token t < nt): 32 sums per thread
-     * -> each 32-thread slice adds its threads' partials, one output per
-     * thread -> the first 32 threads add the slices and store. */
-    [[unroll]] for (uint j = 0u; j < MM_OUT; j++)
-        if (j % MM_TOKENS < nt)
-            red[tid * 33u + j] = acc[j];
-    barrier();
-    const uint j = tid & 31u, slice = tid >> 5u;
-    if (j % MM_TOKENS < nt) {
-        float s = 0.0;
-        for (uint k = 0u; k < 32u; k++)
-            s += red[(slice * 32u + k) * 33u + j];
-        red2[slice * MM_OUT + j] = s;
-    }
-    barrier();
-    if (tid < MM_OUT) {
-        uint r = tid / MM_TOKENS, t = tid % MM_TOKENS;
-        if (t < nt && r0 + r < pc.n_rows) {
-            float sum = 0.0;
-            for (uint k = 0u; k < WG / 32u; k++)
-                sum += red2[k * MM_OUT + tid];
-            y[(t0 + t) * pc.n_rows + r0 + r] = sum;
-        }
+    if (tid >= MM_SLOTS * MM_TOKENS)
+        return;
+    const uint s = tid / MM_TOKENS, t = tid % MM_TOKENS;
+    if (t >= nt)
+        return;
+    if (!gated) {
+        if (r0 + s < rows)
+            store_sum(m, r0 + s, t0 + t, sums[tid]);
+    } else if (s % 2u == 0u && r0 + s / 2u < rows) {
+        store_gated(r0 + s / 2u, t0 + t, sums[tid], sums[tid + MM_TOKENS]);
     }
 }
 

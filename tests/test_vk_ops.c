@@ -29,6 +29,7 @@
 #include "kv.h"
 #include "quant.h"
 #include "vk_device.h"
+#include "vk_model.h"
 #include "vk_shaders.h"
 
 /* ---- the device, pipelines and buffers ---- */
@@ -73,8 +74,10 @@ static int close_device(void **state)
         }                                                                    \
     } while (0)
 
-/* The pipeline of shader `name`, made once per test run. */
-static const struct vk_pipeline *pipeline(const char *name, int n_buffers,
+/* The pipeline of shader `name` (binding i an array of count[i] buffers;
+ * count NULL: one each), made once per test run. */
+static const struct vk_pipeline *pipeline(const char *name, int n_bindings,
+                                          const int *count,
                                           uint32_t push_bytes)
 {
     for (int i = 0; i < n_pipes; i++)
@@ -86,8 +89,12 @@ static const struct vk_pipeline *pipeline(const char *name, int n_buffers,
     assert_true(n_pipes < (int)(sizeof pipes / sizeof pipes[0]));
     struct kk_error err = {{0}};
     struct cached_pipeline *c = &pipes[n_pipes];
-    if (vk_pipeline_new(dev, sh->code, sh->bytes, n_buffers, push_bytes,
-                        &c->pipe, &err))
+    int rc = count ? vk_pipeline_new_arrays(dev, sh->code, sh->bytes,
+                                            n_bindings, count, push_bytes,
+                                            &c->pipe, &err)
+                   : vk_pipeline_new(dev, sh->code, sh->bytes, n_bindings,
+                                     push_bytes, &c->pipe, &err);
+    if (rc)
         fail_msg("%s: %s", name, err.msg);
     snprintf(c->name, sizeof c->name, "%s", name);
     n_pipes++;
@@ -118,17 +125,26 @@ static void download(const struct vk_buffer *b, void *out, size_t bytes)
 }
 
 /* Records one dispatch of shader `name` and waits for it. */
-static void run(const char *name, int n_buffers,
-                const struct vk_buffer *const *bufs, const void *push,
-                uint32_t push_bytes, uint32_t gx, uint32_t gy, uint32_t gz)
+static void run_arrays(const char *name, int n_bindings, const int *count,
+                       const struct vk_buffer *const *bufs, const void *push,
+                       uint32_t push_bytes, uint32_t gx, uint32_t gy,
+                       uint32_t gz)
 {
-    const struct vk_pipeline *p = pipeline(name, n_buffers, push_bytes);
+    const struct vk_pipeline *p = pipeline(name, n_bindings, count,
+                                           push_bytes);
     struct kk_error err = {{0}};
     if (vk_begin(dev, &err))
         fail_msg("%s", err.msg);
     vk_dispatch(dev, p, bufs, push, gx, gy, gz);
     if (vk_submit_wait(dev, &err))
         fail_msg("%s: %s", name, err.msg);
+}
+
+static void run(const char *name, int n_buffers,
+                const struct vk_buffer *const *bufs, const void *push,
+                uint32_t push_bytes, uint32_t gx, uint32_t gy, uint32_t gz)
+{
+    run_arrays(name, n_buffers, NULL, bufs, push, push_bytes, gx, gy, gz);
 }
 
 static uint32_t ceil_div(uint64_t a, uint64_t b)
@@ -206,30 +222,84 @@ static uint8_t *random_rows(uint32_t type, int n_cols, int n_rows,
 
 /* ---- matmul ---- */
 
-/* y = W x on the device with shader `shader` (n_tokens rows of x). Odd
- * seeds spread the row groups over z, as the backend does past the
- * device's grid width. */
-static void matmul_on_device(const char *shader, const uint8_t *w,
-                             size_t row_bytes, int n_cols, int n_rows,
-                             const float *x, int n_tokens, float *y,
-                             uint64_t seed)
+/* One dispatch of a matmul shader (vk_shaders.h): n_mats matrices of
+ * n_rows[m] rows (raw GGUF rows, uploaded in the device layout), x of
+ * n_tokens rows. y[m] receives the outputs (MM_STORE: one per matrix;
+ * otherwise y[0] only, which for MM_ADD holds the values added to on
+ * entry). Odd seeds spread the row groups over z, as the backend does past
+ * the device's grid width. */
+struct mm_call {
+    const char *shader;
+    uint32_t type, mode;
+    bool use_gelu;
+    int n_cols, n_mats, n_rows[MM_MAX_MATS], n_tokens;
+    const uint8_t *const *w;
+    const float *x;
+    float *const *y;
+    uint64_t seed;
+};
+
+static void matmul_on_device(const struct mm_call *c)
 {
-    /* matmul_rows_<t> gives each invocation a row; matmul_<t> a workgroup
-     * two. */
-    uint32_t per = strstr(shader, "_rows_") ? MM_ROWWISE_ROWS : MM_ROWS;
-    uint32_t groups = ceil_div(n_rows, per), gz = (seed & 1) ? 2 : 1;
-    struct vk_buffer bw = buffer_with(w, row_bytes * (size_t)n_rows);
-    struct vk_buffer bx = buffer_with(x, (size_t)n_tokens * n_cols * 4);
-    struct vk_buffer by = buffer_with(NULL, (size_t)n_tokens * n_rows * 4);
-    const struct vk_buffer *bufs[] = {&bw, &bx, &by};
-    struct vk_push_matmul push = {(uint32_t)n_cols, (uint32_t)n_rows,
-                                  (uint32_t)n_tokens, (uint32_t)row_bytes};
-    run(shader, 3, bufs, &push, sizeof push, ceil_div(groups, gz),
-        ceil_div(n_tokens, MM_TOKENS), gz);
-    download(&by, y, (size_t)n_tokens * n_rows * 4);
-    vk_buffer_free(dev, &bw);
+    static const int bindings[] = {MM_MAX_MATS, 1, MM_MAX_MATS};
+    const size_t row_bytes = dtype_row_bytes(c->type, (uint64_t)c->n_cols);
+    const bool rowwise = strstr(c->shader, "_rows_") != NULL;
+    const uint32_t per = rowwise ? MM_ROWWISE_ROWS
+                         : c->mode == MM_GATED ? MM_SLOTS / 2 : MM_SLOTS;
+    const int n_out = c->mode == MM_STORE ? c->n_mats : 1;
+    struct vk_buffer bw[MM_MAX_MATS], by[MM_MAX_MATS];
+    struct vk_push_matmul push = {.n_cols = (uint32_t)c->n_cols,
+                                  .row_bytes = (uint32_t)row_bytes,
+                                  .n_tokens = (uint32_t)c->n_tokens,
+                                  .mode = c->mode, .use_gelu = c->use_gelu};
+    const struct vk_buffer *bufs[2 * MM_MAX_MATS + 1];
+    uint32_t groups = 0;
+    for (int m = 0; m < MM_MAX_MATS; m++) {
+        const bool used = m < c->n_mats;
+        if (used) {
+            size_t bytes = row_bytes * (size_t)c->n_rows[m];
+            uint8_t *packed = malloc(bytes);
+            vk_model_repack_rows(c->type, c->n_cols, c->n_rows[m], row_bytes,
+                                 c->w[m], packed);
+            bw[m] = buffer_with(packed, bytes);
+            free(packed);
+        }
+        if (m < n_out)
+            by[m] = buffer_with(c->mode == MM_ADD ? c->y[0] : NULL,
+                                (size_t)c->n_tokens * c->n_rows[m] * 4);
+        bufs[m] = used ? &bw[m] : &bw[0];
+        bufs[MM_MAX_MATS + 1 + m] = m < n_out ? &by[m] : &by[0];
+        push.n_rows[m] = used ? (uint32_t)c->n_rows[m] : 0;
+        push.start[m] = used && (m == 0 || c->mode != MM_GATED) ? groups
+                                                                : ~0u;
+        if (push.start[m] != ~0u)
+            groups += ceil_div((uint64_t)c->n_rows[m], per);
+    }
+    struct vk_buffer bx = buffer_with(c->x, (size_t)c->n_tokens *
+                                                (size_t)c->n_cols * 4);
+    bufs[MM_MAX_MATS] = &bx;
+    uint32_t gz = (c->seed & 1) ? 2 : 1;
+    run_arrays(c->shader, 3, bindings, bufs, &push, sizeof push,
+               ceil_div(groups, gz), ceil_div(c->n_tokens, MM_TOKENS), gz);
+    for (int m = 0; m < n_out; m++) {
+        download(&by[m], c->y[m], (size_t)c->n_tokens * c->n_rows[m] * 4);
+        vk_buffer_free(dev, &by[m]);
+    }
+    for (int m = 0; m < c->n_mats; m++)
+        vk_buffer_free(dev, &bw[m]);
     vk_buffer_free(dev, &bx);
-    vk_buffer_free(dev, &by);
+}
+
+/* y = W x with one matrix (MM_STORE). */
+static void matmul_store(const char *shader, uint32_t type, const uint8_t *w,
+                         int n_cols, int n_rows, const float *x, int n_tokens,
+                         float *y, uint64_t seed)
+{
+    struct mm_call c = {.shader = shader, .type = type, .mode = MM_STORE,
+                        .n_cols = n_cols, .n_mats = 1, .n_rows = {n_rows},
+                        .n_tokens = n_tokens, .w = &w, .x = x, .y = &y,
+                        .seed = seed};
+    matmul_on_device(&c);
 }
 
 static void check_matmul(uint32_t type, const char *shader, int n_cols,
@@ -242,8 +312,7 @@ static void check_matmul(uint32_t type, const char *shader, int n_cols,
     float *x = random_floats((size_t)n_tokens * n_cols, -1.0f, 1.0f, &s);
     float *y = malloc((size_t)n_tokens * n_rows * sizeof *y);
     float *row = malloc((size_t)n_cols * sizeof *row);
-    matmul_on_device(shader, w, row_bytes, n_cols, n_rows, x, n_tokens, y,
-                     seed);
+    matmul_store(shader, type, w, n_cols, n_rows, x, n_tokens, y, seed);
 
     for (int r = 0; r < n_rows; r++) {
         dequantize_row(type, w + (size_t)r * row_bytes, row, n_cols);
@@ -980,10 +1049,151 @@ static void test_attention_sink_window_matches_cpu(void **state)
 
 /* ---- the embedded table ---- */
 
+/* ---- the matmul's fused forms ---- */
+
+/* Three matrices of 9, 4 and 6 rows of one type (random_rows), and x. */
+struct mm_data {
+    uint32_t type;
+    int n_cols;
+    uint8_t *w[MM_MAX_MATS];
+    int n_rows[MM_MAX_MATS];
+    float *x;
+};
+
+static struct mm_data mm_data_new(uint32_t type, int n_cols, int n_tokens,
+                                  uint64_t seed)
+{
+    struct mm_data d = {.type = type, .n_cols = n_cols, .n_rows = {9, 4, 6}};
+    const size_t row_bytes = dtype_row_bytes(type, (uint64_t)n_cols);
+    uint64_t s = seed;
+    for (int m = 0; m < MM_MAX_MATS; m++)
+        d.w[m] = random_rows(type, n_cols, d.n_rows[m], row_bytes, &s);
+    d.x = random_floats((size_t)n_tokens * n_cols, -1.0f, 1.0f, &s);
+    return d;
+}
+
+static void mm_data_free(struct mm_data *d)
+{
+    for (int m = 0; m < MM_MAX_MATS; m++)
+        free(d->w[m]);
+    free(d->x);
+}
+
+/* Runs `mode` over d's first n_mats matrices (MM_GATED: matrices 0 and 2,
+ * 9 and 6 rows, cut to 6 rows both) into out[m]. */
+static void mm_run(const char *shader, const struct mm_data *d, uint32_t mode,
+                   int n_mats, bool gelu, int n_tokens, const float *x,
+                   float *const *out, uint64_t seed)
+{
+    struct mm_call c = {.shader = shader, .type = d->type, .mode = mode,
+                        .use_gelu = gelu, .n_cols = d->n_cols,
+                        .n_mats = n_mats, .n_tokens = n_tokens, .x = x,
+                        .y = out, .seed = seed};
+    const uint8_t *w[MM_MAX_MATS];
+    for (int m = 0; m < n_mats; m++) {
+        int from = mode == MM_GATED && m == 1 ? 2 : m;
+        w[m] = d->w[from];
+        c.n_rows[m] = mode == MM_GATED ? 6 : d->n_rows[from];
+    }
+    c.w = w;
+    matmul_on_device(&c);
+}
+
+static void expect_same_bits(const float *got, const float *want, size_t n,
+                             const char *what, const char *shader)
+{
+    for (size_t i = 0; i < n; i++)
+        if (memcmp(&got[i], &want[i], sizeof *got))
+            fail_msg("%s (%s): value %zu is %.9g, want %.9g (to the bit)",
+                     what, shader, i, got[i], want[i]);
+}
+
+/* The fused forms give the bits of the ops they stand for: three matrices
+ * in one dispatch, each as alone; MM_ADD, y + the product; MM_GATED,
+ * gated_act over the products of gate and up. */
+static void check_fused_forms(const char *shader, uint32_t type, int n_cols,
+                              int n_tokens, uint64_t seed)
+{
+    struct mm_data d = mm_data_new(type, n_cols, n_tokens, seed);
+    const size_t nt = (size_t)n_tokens;
+    float *alone[MM_MAX_MATS], *together[MM_MAX_MATS];
+    for (int m = 0; m < MM_MAX_MATS; m++) {
+        alone[m] = malloc(nt * (size_t)d.n_rows[m] * sizeof(float));
+        together[m] = malloc(nt * (size_t)d.n_rows[m] * sizeof(float));
+        matmul_store(shader, type, d.w[m], n_cols, d.n_rows[m], d.x,
+                     n_tokens, alone[m], seed + (uint64_t)m);
+    }
+    mm_run(shader, &d, MM_STORE, 3, false, n_tokens, d.x, together, seed);
+    for (int m = 0; m < MM_MAX_MATS; m++)
+        expect_same_bits(together[m], alone[m], nt * (size_t)d.n_rows[m],
+                         "three matrices in one dispatch", shader);
+
+    /* MM_ADD onto random values: each sum is one IEEE addition. */
+    uint64_t s = seed ^ 0xadd;
+    float *acc = random_floats(nt * 9, -4.0f, 4.0f, &s);
+    float *want = malloc(nt * 9 * sizeof *want);
+    for (size_t i = 0; i < nt * 9; i++)
+        want[i] = acc[i] + alone[0][i];
+    mm_run(shader, &d, MM_ADD, 1, false, n_tokens, d.x, &acc, seed);
+    expect_same_bits(acc, want, nt * 9, "matmul then add", shader);
+
+    /* MM_GATED against gated_act's shader over the two products (the
+     * first 6 rows of matrix 0, and matrix 2). */
+    for (int gelu = 0; gelu < 2; gelu++) {
+        float *gate = malloc(nt * 6 * sizeof *gate);
+        float *fused = malloc(nt * 6 * sizeof *fused);
+        float *gate_only[MM_MAX_MATS] = {gate};
+        struct mm_data six = d;
+        six.n_rows[0] = 6;
+        mm_run(shader, &six, MM_STORE, 1, false, n_tokens, d.x, gate_only,
+               seed);
+        struct vk_buffer bg = buffer_with(gate, nt * 6 * 4);
+        struct vk_buffer bu = buffer_with(alone[2], nt * 6 * 4);
+        const struct vk_buffer *bufs[] = {&bg, &bu};
+        struct vk_push_gated_act push = {(uint32_t)(nt * 6), (uint32_t)gelu};
+        run("gated_act", 2, bufs, &push, sizeof push, 1, 1, 1);
+        download(&bg, gate, nt * 6 * 4);
+        vk_buffer_free(dev, &bg);
+        vk_buffer_free(dev, &bu);
+        mm_run(shader, &d, MM_GATED, 2, gelu, n_tokens, d.x, &fused, seed);
+        expect_same_bits(fused, gate, nt * 6,
+                         gelu ? "gate and up then GELU" : "gate and up then "
+                                                          "SiLU", shader);
+        free(gate);
+        free(fused);
+    }
+    for (int m = 0; m < MM_MAX_MATS; m++) {
+        free(alone[m]);
+        free(together[m]);
+    }
+    free(acc);
+    free(want);
+    mm_data_free(&d);
+}
+
+static void test_matmul_fused_forms_give_the_bits_of_separate_ops(
+    void **state)
+{
+    (void)state;
+    REQUIRE_DEVICE();
+    static const char *forms[] = {"", "rows_"};
+    for (int f = 0; f < 2; f++) {
+        char q8[64], f16[64], q4k[64];
+        snprintf(q8, sizeof q8, "matmul_%sq8_0", forms[f]);
+        snprintf(f16, sizeof f16, "matmul_%sf16", forms[f]);
+        snprintf(q4k, sizeof q4k, "matmul_%sq4_k", forms[f]);
+        check_fused_forms(q8, KK_Q8_0, 32 * 67, 1, 11);
+        check_fused_forms(q8, KK_Q8_0, 32 * 12, 17, 12);
+        check_fused_forms(f16, KK_F16, 1000, 5, 13);
+        check_fused_forms(q4k, KK_Q4_K, 256 * 3, 3, 14);
+    }
+}
+
 /* A token's product does not depend on the batch it is in: speculative
  * verification (a batch) must reproduce plain decoding (one token) to the
  * bit, or greedy output could part at a near-tie. Both shader forms, a
- * quantized, a half and a K-quant type, 17 tokens against each alone. */
+ * quantized type (rows 8-byte aligned, 4-byte aligned, and not), a half
+ * and a K-quant type, every fused form, 17 tokens against each alone. */
 static void test_matmul_gives_a_token_the_same_bits_alone_and_in_a_batch(
     void **state)
 {
@@ -993,35 +1203,152 @@ static void test_matmul_gives_a_token_the_same_bits_alone_and_in_a_batch(
         uint32_t type;
         const char *name;
         int n_cols;
-    } cases[] = {{KK_Q8_0, "q8_0", 32 * 67}, {KK_F16, "f16", 1000},
+    } cases[] = {{KK_Q8_0, "q8_0", 32 * 64}, {KK_Q8_0, "q8_0", 32 * 30},
+                 {KK_Q8_0, "q8_0", 32 * 67}, {KK_F16, "f16", 1000},
                  {KK_Q4_K, "q4_k", 256 * 5}};
-    enum { ROWS = 37, TOKENS = 17 };
+    static const struct {
+        uint32_t mode;
+        int n_mats;
+    } modes[] = {{MM_STORE, 3}, {MM_ADD, 1}, {MM_GATED, 2}};
+    enum { TOKENS = 17 };
     for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
         const int n_cols = cases[c].n_cols;
-        const size_t row_bytes = dtype_row_bytes(cases[c].type,
-                                                 (uint64_t)n_cols);
-        uint64_t s = 0x5eed + c;
-        uint8_t *w = random_rows(cases[c].type, n_cols, ROWS, row_bytes, &s);
-        float *x = random_floats((size_t)TOKENS * n_cols, -1.0f, 1.0f, &s);
-        float batch[TOKENS * ROWS], alone[ROWS];
-        for (int form = 0; form < 2; form++) {
-            char shader[64];
-            snprintf(shader, sizeof shader, "matmul_%s%s",
-                     form ? "rows_" : "", cases[c].name);
-            matmul_on_device(shader, w, row_bytes, n_cols, ROWS, x, TOKENS,
-                             batch, 0);
-            for (int t = 0; t < TOKENS; t++) {
-                matmul_on_device(shader, w, row_bytes, n_cols, ROWS,
-                                 x + (size_t)t * n_cols, 1, alone, 0);
-                if (memcmp(alone, batch + (size_t)t * ROWS, sizeof alone))
-                    fail_msg("%s: token %d alone differs from token %d of a "
-                             "batch of %d", shader, t, t, TOKENS);
+        struct mm_data d = mm_data_new(cases[c].type, n_cols, TOKENS,
+                                       0x5eed + c);
+        for (int form = 0; form < 2; form++)
+            for (size_t k = 0; k < sizeof modes / sizeof modes[0]; k++) {
+                char shader[64];
+                snprintf(shader, sizeof shader, "matmul_%s%s",
+                         form ? "rows_" : "", cases[c].name);
+                const int n_out = modes[k].mode == MM_STORE ? 3 : 1;
+                float batch[MM_MAX_MATS][TOKENS * 9], alone[MM_MAX_MATS][9];
+                float *bp[MM_MAX_MATS], *ap[MM_MAX_MATS];
+                for (int m = 0; m < MM_MAX_MATS; m++) {
+                    memset(batch[m], 0, sizeof batch[m]);
+                    bp[m] = batch[m];
+                    ap[m] = alone[m];
+                }
+                mm_run(shader, &d, modes[k].mode, modes[k].n_mats, false,
+                       TOKENS, d.x, bp, 0);
+                for (int t = 0; t < TOKENS; t++) {
+                    memset(alone, 0, sizeof alone);
+                    mm_run(shader, &d, modes[k].mode, modes[k].n_mats, false,
+                           1, d.x + (size_t)t * n_cols, ap, 0);
+                    for (int m = 0; m < n_out; m++) {
+                        int rows = modes[k].mode == MM_GATED ? 6
+                                                             : d.n_rows[m];
+                        if (memcmp(alone[m], batch[m] + (size_t)t * rows,
+                                   (size_t)rows * sizeof(float)))
+                            fail_msg("%s %d cols, mode %u, matrix %d: token "
+                                     "%d alone differs from token %d of a "
+                                     "batch of %d", shader, n_cols,
+                                     modes[k].mode, m, t, t, TOKENS);
+                    }
+                }
             }
-        }
-        free(w);
-        free(x);
+        mm_data_free(&d);
     }
 }
+
+/* ---- rope_kv_store ---- */
+
+/* The fused dispatch gives the bits of rope on q and k, then kv_store of k
+ * and v: for every KV type, both RoPE styles, partial rotation. */
+static void check_rope_kv_store(enum kv_type type, int style, int n_rot)
+{
+    const int n_rows = 3, n_head = 4, n_head_kv = 2, head_dim = 64;
+    struct kv_cache *kv = new_cache(type, n_head_kv, head_dim, 32, 8, NULL,
+                                    0, 0);
+    uint64_t s = 4321 + (uint64_t)type * 3 + (uint64_t)style;
+    const size_t nq = (size_t)n_rows * n_head * head_dim;
+    const size_t nk = (size_t)n_rows * kv->kv_dim;
+    float *q = random_floats(nq, -1.0f, 1.0f, &s);
+    float *k = kv_input(type, n_rows, kv->kv_dim, kv->block, &s);
+    float *v = kv_input(type, n_rows, kv->kv_dim, kv->block, &s);
+    float *cs = random_floats((size_t)n_rows * n_rot, -1.0f, 1.0f, &s);
+    const size_t room = ((size_t)n_rows * kv->row_bytes + 3) / 4 * 4 + 8;
+    uint8_t *want_k = malloc(room), *want_v = malloc(room);
+    uint8_t *got_k = malloc(room), *got_v = malloc(room);
+    float *want_q = malloc(nq * 4), *got_q = malloc(nq * 4);
+    memset(got_k, 0xa5, room);
+
+    /* rope on q and k, then kv_store of each */
+    struct vk_buffer bq = buffer_with(q, nq * 4), bk = buffer_with(k, nk * 4);
+    struct vk_buffer bv = buffer_with(v, nk * 4);
+    struct vk_buffer bc = buffer_with(cs, (size_t)n_rows * n_rot * 4);
+    struct vk_buffer sk = buffer_with(got_k, room), sv = buffer_with(got_k,
+                                                                     room);
+    struct vk_push_rope rq = {(uint32_t)n_rows, (uint32_t)n_head,
+                              (uint32_t)head_dim, (uint32_t)n_rot,
+                              (uint32_t)style};
+    struct vk_push_rope rk = rq;
+    rk.n_heads = (uint32_t)n_head_kv;
+    run("rope", 2, (const struct vk_buffer *[]){&bq, &bc}, &rq, sizeof rq,
+        64, 1, 1);
+    run("rope", 2, (const struct vk_buffer *[]){&bk, &bc}, &rk, sizeof rk,
+        64, 1, 1);
+    struct vk_push_kv_store ps = {(uint32_t)n_rows, (uint32_t)kv->kv_dim,
+                                  (uint32_t)type, (uint32_t)kv->block,
+                                  (uint32_t)kv->row_bytes};
+    uint32_t words = ceil_div(ceil_div((uint64_t)n_rows * kv->row_bytes, 4),
+                              64);
+    run("kv_store", 2, (const struct vk_buffer *[]){&bk, &sk}, &ps,
+        sizeof ps, words, 1, 1);
+    run("kv_store", 2, (const struct vk_buffer *[]){&bv, &sv}, &ps,
+        sizeof ps, words, 1, 1);
+    download(&bq, want_q, nq * 4);
+    download(&sk, want_k, room);
+    download(&sv, want_v, room);
+    vk_buffer_free(dev, &bq);
+    vk_buffer_free(dev, &bk);
+    vk_buffer_free(dev, &sk);
+    vk_buffer_free(dev, &sv);
+
+    /* the fused dispatch, from the same inputs */
+    bq = buffer_with(q, nq * 4);
+    bk = buffer_with(k, nk * 4);
+    sk = buffer_with(got_k, room);
+    sv = buffer_with(got_k, room);
+    struct vk_push_rope_kv_store pf = {
+        (uint32_t)n_rows, (uint32_t)n_head, (uint32_t)n_head_kv,
+        (uint32_t)head_dim, (uint32_t)n_rot, (uint32_t)style,
+        (uint32_t)type, (uint32_t)kv->block, (uint32_t)kv->row_bytes};
+    uint32_t pairs = ceil_div((uint64_t)n_rows * n_head * (n_rot / 2), 64);
+    run("rope_kv_store", 6,
+        (const struct vk_buffer *[]){&bq, &bk, &bv, &bc, &sk, &sv}, &pf,
+        sizeof pf, pairs > words ? pairs : words, 3, 1);
+    download(&bq, got_q, nq * 4);
+    download(&sk, got_k, room);
+    download(&sv, got_v, room);
+    expect_same_bits(got_q, want_q, nq, "rope_kv_store's queries",
+                     kv_type_name(type));
+    if (memcmp(got_k, want_k, room) || memcmp(got_v, want_v, room))
+        fail_msg("rope_kv_store %s style %d n_rot %d: staged rows differ "
+                 "from rope then kv_store", kv_type_name(type), style,
+                 n_rot);
+    struct vk_buffer *all[] = {&bq, &bk, &bv, &bc, &sk, &sv};
+    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
+        vk_buffer_free(dev, all[i]);
+    free(q), free(k), free(v), free(cs);
+    free(want_k), free(want_v), free(got_k), free(got_v);
+    free(want_q), free(got_q);
+    kv_free(kv);
+}
+
+static void test_rope_kv_store_gives_the_bits_of_rope_then_kv_store(
+    void **state)
+{
+    (void)state;
+    REQUIRE_DEVICE();
+    const enum kv_type types[] = {KV_F32, KV_F16, KV_Q8_0};
+    for (size_t t = 0; t < sizeof types / sizeof types[0]; t++)
+        for (int style = 0; style < 2; style++) {
+            check_rope_kv_store(types[t], style, 64);
+            check_rope_kv_store(types[t], style, 32);
+        }
+}
+
+/* ---- the embedded table ---- */
 
 static void test_every_shader_is_embedded(void **state)
 {
@@ -1032,7 +1359,8 @@ static void test_every_shader_is_embedded(void **state)
         "matmul_rows_f32", "matmul_rows_f16", "matmul_rows_bf16",
         "matmul_rows_q8_0", "matmul_rows_q4_0", "matmul_rows_q5_0",
         "matmul_rows_q4_k", "matmul_rows_q6_k",
-        "rmsnorm", "rope", "add", "gated_act", "kv_store", "attention"};
+        "rmsnorm", "rope", "add", "gated_act", "kv_store", "rope_kv_store",
+        "attention"};
     for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
         const struct vk_spirv *sh = vk_shader_find(names[i]);
         if (!sh)
@@ -1050,6 +1378,10 @@ int main(void)
         cmocka_unit_test(test_every_shader_is_embedded),
         cmocka_unit_test(
             test_matmul_gives_a_token_the_same_bits_alone_and_in_a_batch),
+        cmocka_unit_test(
+            test_matmul_fused_forms_give_the_bits_of_separate_ops),
+        cmocka_unit_test(
+            test_rope_kv_store_gives_the_bits_of_rope_then_kv_store),
         cmocka_unit_test(test_matmul_f32_matches_dequantized_rows),
         cmocka_unit_test(test_matmul_f16_matches_dequantized_rows),
         cmocka_unit_test(test_matmul_bf16_matches_dequantized_rows),

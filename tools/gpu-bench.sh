@@ -17,6 +17,7 @@
 #            4800, H100 SXM: 3350); without it no roofline is reported
 # KK_GPU_MODELS  shapes to benchmark (default "smollm2-360m llama3.2-1b")
 # KK_PACK_LOGS   also pack every log into this one .tar.gz
+# KK_GPU_CPU_BENCH=0  skip the CPU benchmarks of the shapes
 #
 # With .gpu/ present the binaries and libraries come from it; otherwise the
 # script builds here (a machine with the -dev packages). NVIDIA's stock ICD
@@ -79,8 +80,9 @@ for shape in $MODELS; do
         > /dev/null || { echo "mkmodel $shape failed"; status=1; continue; }
     step "bench-vulkan-$shape" "$K" bench -m "$f" --backend vulkan \
         "${bw_args[@]}"
-    step "bench-cpu-$shape" "$K" bench -m "$f" --backend cpu -t "$THREADS" \
-        --quick
+    [ "${KK_GPU_CPU_BENCH:-1}" = 0 ] ||
+        step "bench-cpu-$shape" "$K" bench -m "$f" --backend cpu \
+            -t "$THREADS" --quick
 done
 
 # The default model alone: c(L) on the GPU.

@@ -54,10 +54,11 @@ struct vk_backend {
     struct vk_model *weights;
     char name[300];
     struct vk_pipeline matmul[N_MATMUL];
-    /* Rows per matmul workgroup: MM_ROWS cooperating on a GPU, or
-     * MM_ROWWISE_ROWS (one per invocation) on a CPU-backed device. */
-    uint32_t matmul_rows;
-    struct vk_pipeline rmsnorm, rope, add, gated_act, kv_store, attention;
+    /* The matmul form: cooperating workgroups on a GPU, or one invocation
+     * per row on a CPU-backed device (vk_shaders.h). */
+    bool matmul_rowwise;
+    struct vk_pipeline rmsnorm, rope, add, gated_act, kv_store, rope_kv_store,
+        attention;
     /* Host data of the pass being recorded; read by the GPU at submit. */
     struct vk_buffer upload;
     size_t upload_used;
@@ -162,20 +163,32 @@ static int make_pipeline(struct vk_backend *be, const char *shader,
         kk_error_prefix(err, shader);
         return -1;
     }
+    snprintf(out->name, sizeof out->name, "%s", shader);
     return 0;
 }
 
 static int make_pipelines(struct vk_backend *be, struct kk_error *err)
 {
     bool rowwise = vk_device_is_cpu(be->dev);
-    be->matmul_rows = rowwise ? MM_ROWWISE_ROWS : MM_ROWS;
+    be->matmul_rowwise = rowwise;
+    /* W[MM_MAX_MATS], X, Y[MM_MAX_MATS] */
+    static const int matmul_bindings[] = {MM_MAX_MATS, 1, MM_MAX_MATS};
     for (int i = 0; i < N_MATMUL; i++) {
         char name[64];
         snprintf(name, sizeof name, "matmul_%s%s", rowwise ? "rows_" : "",
                  matmul_shaders[i].name);
-        if (make_pipeline(be, name, 3, sizeof(struct vk_push_matmul),
-                          &be->matmul[i], err))
+        const struct vk_spirv *code = vk_shader_find(name);
+        if (!code)
+            return kk_fail(err, "internal: shader '%s' is not in this build",
+                           name);
+        if (vk_pipeline_new_arrays(be->dev, code->code, code->bytes, 3,
+                                   matmul_bindings,
+                                   sizeof(struct vk_push_matmul),
+                                   &be->matmul[i], err)) {
+            kk_error_prefix(err, name);
             return -1;
+        }
+        snprintf(be->matmul[i].name, sizeof be->matmul[i].name, "%s", name);
     }
     return make_pipeline(be, "rmsnorm", 3, sizeof(struct vk_push_rmsnorm),
                          &be->rmsnorm, err) ||
@@ -187,6 +200,9 @@ static int make_pipelines(struct vk_backend *be, struct kk_error *err)
                          &be->gated_act, err) ||
            make_pipeline(be, "kv_store", 2, sizeof(struct vk_push_kv_store),
                          &be->kv_store, err) ||
+           make_pipeline(be, "rope_kv_store", 6,
+                         sizeof(struct vk_push_rope_kv_store),
+                         &be->rope_kv_store, err) ||
            make_pipeline(be, "attention", 6, sizeof(struct vk_push_attention),
                          &be->attention, err)
                ? -1 : 0;
@@ -280,7 +296,7 @@ static void vkb_free(struct backend *base)
     vk_buffer_free(be->dev, &be->readback);
     struct vk_pipeline *ps[] = {&be->rmsnorm, &be->rope, &be->add,
                                 &be->gated_act, &be->kv_store,
-                                &be->attention};
+                                &be->rope_kv_store, &be->attention};
     for (size_t i = 0; i < sizeof ps / sizeof ps[0]; i++)
         vk_pipeline_free(be->dev, ps[i]);
     for (int i = 0; i < N_MATMUL; i++)
@@ -496,38 +512,100 @@ static void vkb_embed(struct backend *base, const struct weight *w,
     copy(be, &be->upload, (VkDeviceSize)off, buf(x), 0, bytes);
 }
 
-static void vkb_matmul(struct backend *base, const struct weight *w,
-                       const struct be_tensor *x, int n, struct be_tensor *y)
+/* Records one matmul dispatch over `count` matrices of one type and width
+ * (vk_shaders.h): y[m] = w[m] · x (MM_STORE), y[0] += w[0] · x (MM_ADD),
+ * or y[0] = act(w[0] · x) * (w[1] · x) (MM_GATED). */
+static void record_matmul(struct vk_backend *be, uint32_t mode, int count,
+                          const struct weight *const *w,
+                          const struct be_tensor *x, int n,
+                          struct be_tensor *const *y, bool use_gelu)
 {
-    struct vk_backend *be = vkb(base);
-    const struct vk_buffer *wb = vk_model_find(be->weights, w->data);
-    int mi = matmul_index(w->type);
-    if (!wb || mi < 0) {
-        pass_fail(be, "internal: a weight matrix is not on the GPU");
-        return;
+    const int mi = matmul_index(w[0]->type);
+    struct vk_push_matmul pc = {.n_cols = (uint32_t)w[0]->n_cols,
+                                .row_bytes = (uint32_t)w[0]->row_bytes,
+                                .n_tokens = (uint32_t)n, .mode = mode,
+                                .use_gelu = use_gelu};
+    const uint32_t per = be->matmul_rowwise ? MM_ROWWISE_ROWS
+                         : mode == MM_GATED ? MM_SLOTS / 2 : MM_SLOTS;
+    const struct vk_buffer *bufs[2 * MM_MAX_MATS + 1];
+    uint32_t groups = 0;
+    for (int m = 0; m < MM_MAX_MATS; m++) {
+        const bool used = m < count;
+        const struct vk_buffer *wb = used ? vk_model_find(be->weights,
+                                                          w[m]->data)
+                                          : bufs[0];
+        if (!wb || mi < 0) {
+            pass_fail(be, "internal: a weight matrix is not on the GPU");
+            return;
+        }
+        bufs[m] = wb;
+        bufs[MM_MAX_MATS + 1 + m] = used && mode == MM_STORE ? buf(y[m])
+                                                             : buf(y[0]);
+        pc.n_rows[m] = used ? (uint32_t)w[m]->n_rows : 0;
+        /* MM_GATED numbers matrix 0's rows only: both are read per group. */
+        pc.start[m] = used && (m == 0 || mode != MM_GATED) ? groups : ~0u;
+        if (pc.start[m] != ~0u)
+            groups += groups_of(w[m]->n_rows, per);
     }
-    struct vk_push_matmul pc = {.n_cols = (uint32_t)w->n_cols,
-                                .n_rows = (uint32_t)w->n_rows,
-                                .n_tokens = (uint32_t)n,
-                                .row_bytes = (uint32_t)w->row_bytes};
+    bufs[MM_MAX_MATS] = buf(x);
     /* Row groups past the device's grid limit (a 256k-token vocabulary)
      * spill into z; the shader numbers groups x + z * groups_x. */
-    uint32_t groups = groups_of(w->n_rows, be->matmul_rows);
     uint32_t max_x = vk_device_max_groups_x(be->dev);
     uint32_t gz = (groups + max_x - 1) / max_x;
     uint32_t gx = (groups + gz - 1) / gz;
-    const struct vk_buffer *bufs[] = {wb, buf(x), buf(y)};
     dispatch(be, &be->matmul[mi], bufs, &pc, gx, groups_of(n, MM_TOKENS), gz);
 }
 
-/* Each matrix in turn: every dispatch is its own pass over the device. */
+static void vkb_matmul(struct backend *base, const struct weight *w,
+                       const struct be_tensor *x, int n, struct be_tensor *y)
+{
+    record_matmul(vkb(base), MM_STORE, 1, &w, x, n, &y, false);
+}
+
+/* Matrices of one type and width go in one dispatch (q, k and v usually;
+ * a Q4_K_M file may mix types, and those go in dispatches of their own). */
 static void vkb_matmul_multi(struct backend *base, int count,
                              const struct weight *const *w,
                              const struct be_tensor *x, int n,
                              struct be_tensor *const *y)
 {
-    for (int i = 0; i < count; i++)
-        vkb_matmul(base, w[i], x, n, y[i]);
+    for (int i = 0; i < count;) {
+        int k = 1;
+        while (i + k < count && k < MM_MAX_MATS &&
+               w[i + k]->type == w[i]->type &&
+               w[i + k]->n_cols == w[i]->n_cols)
+            k++;
+        record_matmul(vkb(base), MM_STORE, k, w + i, x, n, y + i, false);
+        i += k;
+    }
+}
+
+static void vkb_matmul_add(struct backend *base, const struct weight *w,
+                           const struct be_tensor *x, int n,
+                           struct be_tensor *tmp, struct be_tensor *acc)
+{
+    (void)tmp;
+    record_matmul(vkb(base), MM_ADD, 1, &w, x, n, &acc, false);
+}
+
+static void vkb_gated_act(struct backend *base, struct be_tensor *gate,
+                          const struct be_tensor *up, int64_t count,
+                          bool use_gelu);
+
+static void vkb_gated_matmul(struct backend *base, const struct weight *w_gate,
+                             const struct weight *w_up,
+                             const struct be_tensor *x, int n,
+                             struct be_tensor *gate, struct be_tensor *up,
+                             bool use_gelu)
+{
+    const struct weight *w[] = {w_gate, w_up};
+    if (w_gate->type == w_up->type && w_gate->n_cols == w_up->n_cols &&
+        w_gate->n_rows == w_up->n_rows) {
+        record_matmul(vkb(base), MM_GATED, 2, w, x, n, &gate, use_gelu);
+        return;
+    }
+    vkb_matmul_multi(base, 2, w, x, n, (struct be_tensor *const[]){gate, up});
+    vkb_gated_act(base, gate, up, (int64_t)n * w_gate->n_rows, use_gelu);
 }
 
 static void vkb_copy_rows(struct backend *base, struct be_tensor *dst,
@@ -654,6 +732,35 @@ static void vkb_kv_store(struct backend *base, struct kv_cache *kv, int il,
     kv_stage_mark(kv, il, pos0, n);
 }
 
+static void vkb_rope_kv_store(struct backend *base, struct kv_cache *kv,
+                              int il, int pos0, int n, struct be_tensor *q,
+                              int n_head, struct be_tensor *k,
+                              const struct be_tensor *v, int n_head_kv,
+                              int head_dim, const struct be_rope *rope)
+{
+    struct vk_backend *be = vkb(base);
+    const struct vk_buffer *cs = rope_table(be, n, rope->n_rot, rope->pos,
+                                            rope->base);
+    if (!cs)
+        return;
+    /* enum kv_type is f32, f16, q8_0: the shader's 0, 1, 2. */
+    struct vk_push_rope_kv_store pc = {
+        .n_rows = (uint32_t)n, .n_head = (uint32_t)n_head,
+        .n_head_kv = (uint32_t)n_head_kv, .head_dim = (uint32_t)head_dim,
+        .n_rot = (uint32_t)rope->n_rot, .style = rope->style == ROPE_NEOX,
+        .type = (uint32_t)kv->type, .block = (uint32_t)kv->block,
+        .row_bytes = (uint32_t)kv->row_bytes,
+    };
+    uint32_t pairs = groups_of((int64_t)n * n_head * (rope->n_rot / 2), 64);
+    uint32_t words = groups_of(groups_of((int64_t)n * (int64_t)kv->row_bytes,
+                                         4), 64);
+    const struct vk_buffer *bufs[] = {buf(q), buf(k), buf(v), cs,
+                                      &be->stage_k, &be->stage_v};
+    dispatch(be, &be->rope_kv_store, bufs, &pc, pairs > words ? pairs : words,
+             3, 1);
+    kv_stage_mark(kv, il, pos0, n);
+}
+
 static void vkb_kv_commit(struct backend *base, struct kv_cache *kv)
 {
     struct vk_backend *be = vkb(base);
@@ -665,8 +772,14 @@ static void vkb_kv_commit(struct backend *base, struct kv_cache *kv)
         VkDeviceSize src = (VkDeviceSize)runs[i].stage_row * rb;
         VkDeviceSize dst = (VkDeviceSize)runs[i].slot * rb;
         VkDeviceSize bytes = (VkDeviceSize)runs[i].count * rb;
-        copy(be, &be->stage_k, src, &be->kv_k[il], dst, bytes);
-        copy(be, &be->stage_v, src, &be->kv_v[il], dst, bytes);
+        /* Only later passes read the slots (this one reads the staging
+         * rows), so the copies need no barrier: each pass begins with one. */
+        if (!be->failed && bytes > 0) {
+            vk_copy_for_next_pass(be->dev, &be->stage_k, src, &be->kv_k[il],
+                                  dst, bytes);
+            vk_copy_for_next_pass(be->dev, &be->stage_v, src, &be->kv_v[il],
+                                  dst, bytes);
+        }
     }
     kv_commit_done(kv);
 }
@@ -699,7 +812,8 @@ static const struct backend_ops vk_ops = {
     .kv_push = vkb_kv_push, .tensor_new = vkb_tensor_new,
     .tensor_free = vkb_tensor_free, .begin = vkb_begin, .end = vkb_end,
     .read = vkb_read, .embed = vkb_embed, .matmul = vkb_matmul,
-    .matmul_multi = vkb_matmul_multi,
+    .matmul_multi = vkb_matmul_multi, .matmul_add = vkb_matmul_add,
+    .gated_matmul = vkb_gated_matmul, .rope_kv_store = vkb_rope_kv_store,
     .copy_rows = vkb_copy_rows, .rmsnorm = vkb_rmsnorm, .rope = vkb_rope,
     .gated_act = vkb_gated_act, .add = vkb_add, .add_row = vkb_add_row,
     .kv_store = vkb_kv_store, .kv_commit = vkb_kv_commit,

@@ -12,6 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "error.h"
 
@@ -46,6 +47,33 @@ struct vk_block {
     void *mapped;            /* UPLOAD/READBACK: the whole block's mapping */
 };
 
+/* Per-dispatch GPU times (KAKEYA_VK_PROFILE): a timestamp after each
+ * dispatch or copy of a recording; the time between two is charged to the
+ * second's name. */
+#define VK_PROFILE_STAMPS 4096
+#define VK_PROFILE_ROWS 48
+/* The driver's recording calls timed on the host. */
+enum { CALL_BIND, CALL_DESCRIPTORS, CALL_PUSH, CALL_DISPATCH, CALL_BARRIER,
+       CALL_END, N_CALLS };
+struct vk_profile {
+    VkQueryPool pool;
+    double ns_per_tick;
+    int n;                                   /* stamps this recording */
+    const char *what[VK_PROFILE_STAMPS];     /* what ended at stamp i */
+    struct {
+        char name[64];     /* a copy: pipelines may go before the device */
+        double ms;
+        long count;
+    } rows[VK_PROFILE_ROWS];
+    int n_rows;
+    double record_ms, wait_ms;
+    long passes;
+    /* Host time in the driver's recording calls, per kind of call. */
+    double call_ms[N_CALLS];
+    long calls[N_CALLS];
+    struct timespec begun, submitted;
+};
+
 struct vk_device {
     void *lib;                            /* dlopen handle of the loader */
     PFN_vkGetInstanceProcAddr get_proc;
@@ -61,6 +89,7 @@ struct vk_device {
     VkQueue queue;
     VkCommandPool pool;
     VkCommandBuffer cmd;    /* vk_begin .. vk_submit_wait */
+    struct vk_profile *profile;   /* KAKEYA_VK_PROFILE, else NULL */
     VkCommandBuffer xfer;   /* vk_upload / vk_download, one chunk each */
     VkFence fence;          /* unsignaled between submissions */
 
@@ -313,6 +342,27 @@ static void describe(const struct vk_device *d, VkPhysicalDevice pd,
         free(ext);
     }
 
+    /* The matmul shader reduces with subgroupAdd and picks one of several
+     * matrices by a workgroup-uniform index into an array of buffers. */
+    bool has_arith = false;
+    if (d->fn.vkGetPhysicalDeviceProperties2 &&
+        d->instance_api >= VK_API_VERSION_1_1 &&
+        props.apiVersion >= VK_API_VERSION_1_1) {
+        VkPhysicalDeviceSubgroupProperties sub = {
+            .sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SUBGROUP_PROPERTIES,
+        };
+        VkPhysicalDeviceProperties2 p2 = {
+            .sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_PROPERTIES_2,
+            .pNext = &sub,
+        };
+        d->fn.vkGetPhysicalDeviceProperties2(pd, &p2);
+        has_arith = (sub.supportedStages & VK_SHADER_STAGE_COMPUTE_BIT) &&
+                    (sub.supportedOperations &
+                     VK_SUBGROUP_FEATURE_ARITHMETIC_BIT);
+    }
+    VkPhysicalDeviceFeatures features;
+    d->fn.vkGetPhysicalDeviceFeatures(pd, &features);
+
     if (d->fn.vkGetPhysicalDeviceProperties2 &&
         d->instance_api >= VK_API_VERSION_1_1 &&
         (props.apiVersion >= VK_API_VERSION_1_2 || has_driver_props)) {
@@ -344,6 +394,12 @@ static void describe(const struct vk_device *d, VkPhysicalDevice pd,
     if (!has_push)
         append_reason(info->why_not, sizeof info->why_not,
                       "it lacks VK_KHR_push_descriptor (update the driver)");
+    if (!has_arith)
+        append_reason(info->why_not, sizeof info->why_not,
+                      "it has no subgroup arithmetic in compute shaders");
+    if (!features.shaderStorageBufferArrayDynamicIndexing)
+        append_reason(info->why_not, sizeof info->why_not,
+                      "it cannot index arrays of storage buffers");
     info->is_usable = info->why_not[0] == 0;
 }
 
@@ -376,6 +432,8 @@ int kk_vulkan_devices(struct kk_vk_device_info *out, int max,
 
 /* ---- opening a device ---- */
 
+static void profile_open(struct vk_device *d, uint32_t timestamp_bits);
+
 static int device_create(struct vk_device *d, struct kk_error *err)
 {
     float priority = 1.0f;
@@ -386,12 +444,16 @@ static int device_create(struct vk_device *d, struct kk_error *err)
         .pQueuePriorities = &priority,
     };
     const char *extensions[] = {VK_KHR_PUSH_DESCRIPTOR_EXTENSION_NAME};
+    VkPhysicalDeviceFeatures features = {
+        .shaderStorageBufferArrayDynamicIndexing = VK_TRUE,
+    };
     VkDeviceCreateInfo ci = {
         .sType = VK_STRUCTURE_TYPE_DEVICE_CREATE_INFO,
         .queueCreateInfoCount = 1,
         .pQueueCreateInfos = &queue,
         .enabledExtensionCount = 1,
         .ppEnabledExtensionNames = extensions,
+        .pEnabledFeatures = &features,
     };
     VkResult r = d->fn.vkCreateDevice(d->phys, &ci, NULL, &d->device);
     if (r != VK_SUCCESS) {
@@ -445,6 +507,17 @@ static int device_create(struct vk_device *d, struct kk_error *err)
                        d->props.deviceName, vk_result_name(r));
     d->cmd = cmds[0];
     d->xfer = cmds[1];
+    uint32_t n_families = 0;
+    d->fn.vkGetPhysicalDeviceQueueFamilyProperties(d->phys, &n_families, NULL);
+    VkQueueFamilyProperties *families = calloc(n_families ? n_families : 1,
+                                               sizeof *families);
+    if (families) {
+        d->fn.vkGetPhysicalDeviceQueueFamilyProperties(d->phys, &n_families,
+                                                       families);
+        if (d->queue_family < n_families)
+            profile_open(d, families[d->queue_family].timestampValidBits);
+        free(families);
+    }
     VkFenceCreateInfo fence = {.sType = VK_STRUCTURE_TYPE_FENCE_CREATE_INFO};
     r = d->fn.vkCreateFence(d->device, &fence, NULL, &d->fence);
     if (r != VK_SUCCESS) {
@@ -533,12 +606,149 @@ done:
     return 0;
 }
 
+/* ---- profiling ---- */
+
+static double ms_between(const struct timespec *a, const struct timespec *b)
+{
+    return (double)(b->tv_sec - a->tv_sec) * 1e3 +
+           (double)(b->tv_nsec - a->tv_nsec) / 1e6;
+}
+
+/* Starts profiling when KAKEYA_VK_PROFILE asks and the queue has
+ * timestamps; otherwise leaves d->profile NULL (profiling is optional). */
+static void profile_open(struct vk_device *d, uint32_t timestamp_bits)
+{
+    const char *env = getenv("KAKEYA_VK_PROFILE");
+    if (!env || !*env || !strcmp(env, "0") || timestamp_bits == 0)
+        return;
+    struct vk_profile *p = calloc(1, sizeof *p);
+    if (!p)
+        return;
+    VkQueryPoolCreateInfo qi = {
+        .sType = VK_STRUCTURE_TYPE_QUERY_POOL_CREATE_INFO,
+        .queryType = VK_QUERY_TYPE_TIMESTAMP,
+        .queryCount = VK_PROFILE_STAMPS,
+    };
+    if (d->fn.vkCreateQueryPool(d->device, &qi, NULL, &p->pool) != VK_SUCCESS) {
+        free(p);
+        return;
+    }
+    p->ns_per_tick = d->props.limits.timestampPeriod;
+    d->profile = p;
+}
+
+static const char *const call_names[] = {"vkCmdBindPipeline",
+                                         "vkCmdPushDescriptorSetKHR",
+                                         "vkCmdPushConstants",
+                                         "vkCmdDispatch",
+                                         "vkCmdPipelineBarrier",
+                                         "vkEndCommandBuffer"};
+
+/* Host time since *t0 charged to call kind k; *t0 moves to now. */
+static void profile_call(struct vk_device *d, int k, struct timespec *t0)
+{
+    if (!d->profile)
+        return;
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    d->profile->call_ms[k] += ms_between(t0, &t);
+    d->profile->calls[k]++;
+    *t0 = t;
+}
+
+static void profile_stamp(struct vk_device *d, const char *what)
+{
+    struct vk_profile *p = d->profile;
+    if (!p || p->n >= VK_PROFILE_STAMPS)
+        return;
+    d->fn.vkCmdWriteTimestamp(d->cmd, VK_PIPELINE_STAGE_BOTTOM_OF_PIPE_BIT,
+                              p->pool, (uint32_t)p->n);
+    p->what[p->n++] = what;
+}
+
+static void profile_begin(struct vk_device *d)
+{
+    struct vk_profile *p = d->profile;
+    if (!p)
+        return;
+    clock_gettime(CLOCK_MONOTONIC, &p->begun);
+    d->fn.vkCmdResetQueryPool(d->cmd, p->pool, 0, VK_PROFILE_STAMPS);
+    p->n = 0;
+    profile_stamp(d, "start");
+}
+
+static void profile_charge(struct vk_profile *p, const char *name, double ms)
+{
+    int i = 0;
+    while (i < p->n_rows && strcmp(p->rows[i].name, name) != 0)
+        i++;
+    if (i == VK_PROFILE_ROWS)
+        return;
+    if (i == p->n_rows)
+        snprintf(p->rows[p->n_rows++].name, sizeof p->rows[0].name, "%s",
+                 name);
+    p->rows[i].ms += ms;
+    p->rows[i].count++;
+}
+
+/* After a recording completed: its stamps, charged to their names. */
+static void profile_end(struct vk_device *d)
+{
+    struct vk_profile *p = d->profile;
+    if (!p || p->n < 2)
+        return;
+    struct timespec done;
+    clock_gettime(CLOCK_MONOTONIC, &done);
+    p->record_ms += ms_between(&p->begun, &p->submitted);
+    p->wait_ms += ms_between(&p->submitted, &done);
+    p->passes++;
+    uint64_t ts[VK_PROFILE_STAMPS];
+    if (d->fn.vkGetQueryPoolResults(d->device, p->pool, 0, (uint32_t)p->n,
+                                    sizeof ts, ts, sizeof ts[0],
+                                    VK_QUERY_RESULT_64_BIT |
+                                        VK_QUERY_RESULT_WAIT_BIT) != VK_SUCCESS)
+        return;
+    for (int i = 1; i < p->n; i++)
+        profile_charge(p, p->what[i],
+                       (double)(ts[i] - ts[i - 1]) * p->ns_per_tick / 1e6);
+}
+
+static void profile_close(struct vk_device *d)
+{
+    struct vk_profile *p = d->profile;
+    if (!p)
+        return;
+    if (p->passes > 0) {
+        double gpu = 0;
+        for (int i = 0; i < p->n_rows; i++)
+            gpu += p->rows[i].ms;
+        fprintf(stderr, "vulkan profile, %ld recordings, per recording: host "
+                "recording %.3f ms, submit to done %.3f ms, GPU %.3f ms\n",
+                p->passes, p->record_ms / p->passes, p->wait_ms / p->passes,
+                gpu / p->passes);
+        for (int i = 0; i < p->n_rows; i++)
+            fprintf(stderr, "  %-22s %8ld x %9.2f us = %8.3f ms/recording\n",
+                    p->rows[i].name, p->rows[i].count,
+                    1e3 * p->rows[i].ms / p->rows[i].count,
+                    p->rows[i].ms / p->passes);
+        for (int k = 0; k < N_CALLS; k++)
+            if (p->calls[k])
+                fprintf(stderr, "  host %-26s %8ld x %7.2f us\n",
+                        call_names[k], p->calls[k],
+                        1e3 * p->call_ms[k] / p->calls[k]);
+    }
+    d->fn.vkDestroyQueryPool(d->device, p->pool, NULL);
+    free(p);
+    d->profile = NULL;
+}
+
 void vk_device_close(struct vk_device *d)
 {
     if (!d)
         return;
     if (d->device) {
         d->fn.vkDeviceWaitIdle(d->device);
+        profile_close(d);
         vk_buffer_free(d, &d->staging);
         /* Blocks still held belong to buffers the caller did not free;
          * their memory goes with the device either way. */
@@ -985,14 +1195,31 @@ int vk_pipeline_new(struct vk_device *d, const uint32_t *spirv, size_t bytes,
                     int n_buffers, uint32_t push_bytes,
                     struct vk_pipeline *out, struct kk_error *err)
 {
+    int count[VK_PIPELINE_MAX_BINDINGS];
+    for (int i = 0; i < VK_PIPELINE_MAX_BINDINGS; i++)
+        count[i] = 1;
+    return vk_pipeline_new_arrays(d, spirv, bytes, n_buffers, count,
+                                  push_bytes, out, err);
+}
+
+int vk_pipeline_new_arrays(struct vk_device *d, const uint32_t *spirv,
+                           size_t bytes, int n_bindings, const int *count,
+                           uint32_t push_bytes, struct vk_pipeline *out,
+                           struct kk_error *err)
+{
     memset(out, 0, sizeof *out);
     if (!spirv || bytes < 20 || bytes % 4 || spirv[0] != 0x07230203u)
         return kk_fail(err, "vk_pipeline_new: %zu bytes are not SPIR-V (a "
                        "build problem: rebuild the shaders)", bytes);
-    if (n_buffers < 1 || n_buffers > VK_MAX_BINDINGS)
-        return kk_fail(err, "vk_pipeline_new: %d storage buffers (1..%d "
-                       "allowed; a bug in kakeya)", n_buffers,
-                       VK_MAX_BINDINGS);
+    int n_buffers = 0;
+    for (int i = 0; i < n_bindings && i < VK_PIPELINE_MAX_BINDINGS; i++)
+        n_buffers += count[i] >= 1 ? count[i] : VK_MAX_BINDINGS + 1;
+    if (n_bindings < 1 || n_bindings > VK_PIPELINE_MAX_BINDINGS ||
+        n_buffers > VK_MAX_BINDINGS)
+        return kk_fail(err, "vk_pipeline_new: %d bindings of %d storage "
+                       "buffers (1..%d bindings, at most %d buffers, allowed; "
+                       "a bug in kakeya)", n_bindings, n_buffers,
+                       VK_PIPELINE_MAX_BINDINGS, VK_MAX_BINDINGS);
     if (push_bytes % 4 || push_bytes > VK_MAX_PUSH_BYTES ||
         push_bytes > d->props.limits.maxPushConstantsSize)
         return kk_fail(err, "vk_pipeline_new: a push-constant block of %u "
@@ -1010,18 +1237,18 @@ int vk_pipeline_new(struct vk_device *d, const uint32_t *spirv, size_t bytes,
         return kk_fail(err, "%s: vkCreateShaderModule failed (%s)",
                        d->props.deviceName, vk_result_name(r));
 
-    VkDescriptorSetLayoutBinding bindings[VK_MAX_BINDINGS];
-    for (int i = 0; i < n_buffers; i++)
+    VkDescriptorSetLayoutBinding bindings[VK_PIPELINE_MAX_BINDINGS];
+    for (int i = 0; i < n_bindings; i++)
         bindings[i] = (VkDescriptorSetLayoutBinding){
             .binding = (uint32_t)i,
             .descriptorType = VK_DESCRIPTOR_TYPE_STORAGE_BUFFER,
-            .descriptorCount = 1,
+            .descriptorCount = (uint32_t)count[i],
             .stageFlags = VK_SHADER_STAGE_COMPUTE_BIT,
         };
     VkDescriptorSetLayoutCreateInfo dsl = {
         .sType = VK_STRUCTURE_TYPE_DESCRIPTOR_SET_LAYOUT_CREATE_INFO,
         .flags = VK_DESCRIPTOR_SET_LAYOUT_CREATE_PUSH_DESCRIPTOR_BIT_KHR,
-        .bindingCount = (uint32_t)n_buffers,
+        .bindingCount = (uint32_t)n_bindings,
         .pBindings = bindings,
     };
     const char *step = "vkCreateDescriptorSetLayout";
@@ -1064,6 +1291,9 @@ int vk_pipeline_new(struct vk_device *d, const uint32_t *spirv, size_t bytes,
         return kk_fail(err, "%s: %s failed (%s) for a shader of %zu bytes",
                        d->props.deviceName, step, vk_result_name(r), bytes);
     }
+    out->n_bindings = n_bindings;
+    for (int i = 0; i < n_bindings; i++)
+        out->count[i] = (uint8_t)count[i];
     out->n_buffers = n_buffers;
     out->push_bytes = push_bytes;
     return 0;
@@ -1131,6 +1361,10 @@ int vk_begin(struct vk_device *d, struct kk_error *err)
         return kk_fail(err, "%s: vkBeginCommandBuffer failed (%s)",
                        d->props.deviceName, vk_result_name(r));
     d->is_recording = true;
+    profile_begin(d);
+    /* Work of earlier submissions (copies made for this pass among it) is
+     * complete and visible before anything here runs. */
+    barrier(d, d->cmd, STAGES_WORK, WRITES_WORK, STAGES_WORK, ACCESS_WORK);
     return 0;
 }
 
@@ -1157,7 +1391,7 @@ void vk_dispatch(struct vk_device *d, const struct vk_pipeline *p,
         return;
     }
     VkDescriptorBufferInfo infos[VK_MAX_BINDINGS];
-    VkWriteDescriptorSet writes[VK_MAX_BINDINGS];
+    VkWriteDescriptorSet writes[VK_PIPELINE_MAX_BINDINGS];
     for (int i = 0; i < p->n_buffers; i++) {
         const struct vk_buffer *b = bufs ? bufs[i] : NULL;
         if (!b || !b->buf) {
@@ -1176,35 +1410,46 @@ void vk_dispatch(struct vk_device *d, const struct vk_pipeline *p,
         }
         infos[i] = (VkDescriptorBufferInfo){
             .buffer = b->buf, .offset = 0, .range = VK_WHOLE_SIZE};
+    }
+    for (int i = 0, first = 0; i < p->n_bindings; first += p->count[i++])
         writes[i] = (VkWriteDescriptorSet){
             .sType = VK_STRUCTURE_TYPE_WRITE_DESCRIPTOR_SET,
             .dstBinding = (uint32_t)i,
-            .descriptorCount = 1,
+            .descriptorCount = p->count[i],
             .descriptorType = VK_DESCRIPTOR_TYPE_STORAGE_BUFFER,
-            .pBufferInfo = &infos[i],
+            .pBufferInfo = &infos[first],
         };
-    }
+    struct timespec t0 = {0, 0};
+    if (d->profile)
+        clock_gettime(CLOCK_MONOTONIC, &t0);
     d->fn.vkCmdBindPipeline(d->cmd, VK_PIPELINE_BIND_POINT_COMPUTE, p->pipe);
+    profile_call(d, CALL_BIND, &t0);
     d->fn.vkCmdPushDescriptorSetKHR(d->cmd, VK_PIPELINE_BIND_POINT_COMPUTE,
-                                    p->layout, 0, (uint32_t)p->n_buffers,
+                                    p->layout, 0, (uint32_t)p->n_bindings,
                                     writes);
+    profile_call(d, CALL_DESCRIPTORS, &t0);
     if (p->push_bytes)
         d->fn.vkCmdPushConstants(d->cmd, p->layout,
                                  VK_SHADER_STAGE_COMPUTE_BIT, 0,
                                  p->push_bytes, push);
+    profile_call(d, CALL_PUSH, &t0);
     d->fn.vkCmdDispatch(d->cmd, groups_x, groups_y, groups_z);
+    profile_call(d, CALL_DISPATCH, &t0);
     barrier(d, d->cmd, STAGES_WORK, WRITES_WORK, STAGES_WORK, ACCESS_WORK);
+    profile_call(d, CALL_BARRIER, &t0);
+    profile_stamp(d, p->name[0] ? p->name : "dispatch");
 }
 
-void vk_copy(struct vk_device *d, const struct vk_buffer *src,
-             VkDeviceSize src_offset, const struct vk_buffer *dst,
-             VkDeviceSize dst_offset, VkDeviceSize bytes)
+/* Records the copy; false when it was refused (or empty). */
+static bool record_copy(struct vk_device *d, const struct vk_buffer *src,
+                        VkDeviceSize src_offset, const struct vk_buffer *dst,
+                        VkDeviceSize dst_offset, VkDeviceSize bytes)
 {
     if (!can_record(d, "vk_copy"))
-        return;
+        return false;
     if (!src || !src->buf || !dst || !dst->buf) {
         record_fail(d, "vk_copy: no buffer (a bug in kakeya)");
-        return;
+        return false;
     }
     if (src_offset > src->size || bytes > src->size - src_offset ||
         dst_offset > dst->size || bytes > dst->size - dst_offset) {
@@ -1215,20 +1460,38 @@ void vk_copy(struct vk_device *d, const struct vk_buffer *src,
                     (unsigned long long)src->size,
                     (unsigned long long)dst_offset,
                     (unsigned long long)dst->size);
-        return;
+        return false;
     }
     if (bytes == 0)
-        return;
+        return false;
     if (src->buf == dst->buf && src_offset < dst_offset + bytes &&
         dst_offset < src_offset + bytes) {
         record_fail(d, "vk_copy: source and destination overlap inside one "
                     "buffer (a bug in kakeya)");
-        return;
+        return false;
     }
     VkBufferCopy region = {.srcOffset = src_offset, .dstOffset = dst_offset,
                            .size = bytes};
     d->fn.vkCmdCopyBuffer(d->cmd, src->buf, dst->buf, 1, &region);
-    barrier(d, d->cmd, STAGES_WORK, WRITES_WORK, STAGES_WORK, ACCESS_WORK);
+    profile_stamp(d, "copy");
+    return true;
+}
+
+void vk_copy(struct vk_device *d, const struct vk_buffer *src,
+             VkDeviceSize src_offset, const struct vk_buffer *dst,
+             VkDeviceSize dst_offset, VkDeviceSize bytes)
+{
+    if (record_copy(d, src, src_offset, dst, dst_offset, bytes))
+        barrier(d, d->cmd, STAGES_WORK, WRITES_WORK, STAGES_WORK,
+                ACCESS_WORK);
+}
+
+void vk_copy_for_next_pass(struct vk_device *d, const struct vk_buffer *src,
+                           VkDeviceSize src_offset,
+                           const struct vk_buffer *dst,
+                           VkDeviceSize dst_offset, VkDeviceSize bytes)
+{
+    record_copy(d, src, src_offset, dst, dst_offset, bytes);
 }
 
 int vk_submit_wait(struct vk_device *d, struct kk_error *err)
@@ -1245,7 +1508,11 @@ int vk_submit_wait(struct vk_device *d, struct kk_error *err)
     /* Makes the results visible to host reads of mapped buffers. */
     barrier(d, d->cmd, STAGES_WORK, WRITES_WORK, VK_PIPELINE_STAGE_HOST_BIT,
             VK_ACCESS_HOST_READ_BIT);
+    struct timespec t0 = {0, 0};
+    if (d->profile)
+        clock_gettime(CLOCK_MONOTONIC, &t0);
     VkResult r = d->fn.vkEndCommandBuffer(d->cmd);
+    profile_call(d, CALL_END, &t0);
     if (d->record_error[0]) {
         /* Nothing is submitted; the next vk_begin resets the buffer. */
         int rc = kk_fail(err, "%s: %s", d->props.deviceName, d->record_error);
@@ -1257,5 +1524,10 @@ int vk_submit_wait(struct vk_device *d, struct kk_error *err)
                        "device may be out of memory; use a smaller context "
                        "or --backend cpu", d->props.deviceName,
                        vk_result_name(r));
-    return submit_wait(d, d->cmd, "the recorded work", err);
+    if (d->profile)
+        clock_gettime(CLOCK_MONOTONIC, &d->profile->submitted);
+    if (submit_wait(d, d->cmd, "the recorded work", err))
+        return -1;
+    profile_end(d);
+    return 0;
 }

@@ -9,15 +9,21 @@
  *
  * Requirements on a device (checked by vk_device_list, which says what is
  * missing): Vulkan 1.1+, a compute queue, VK_KHR_push_descriptor (each
- * dispatch pushes its buffer bindings; no descriptor pools to manage).
+ * dispatch pushes its buffer bindings; no descriptor pools to manage),
+ * subgroup arithmetic in compute shaders and dynamically uniform indexing
+ * of storage-buffer arrays (every desktop GPU driver and lavapipe).
  * Shaders read and write storage buffers as 32-bit words only, so no 8- or
  * 16-bit storage features are needed.
  *
- * Recording: vk_begin() opens the device's one command buffer;
- * vk_dispatch() and vk_copy() record into it, each followed by a full
- * compute/transfer memory barrier (ops of one forward pass depend on each
- * other almost always; correctness over overlap); vk_submit_wait() submits
- * and blocks until the GPU is done. One thread owns a device.
+ * Recording: vk_begin() opens a recording; vk_dispatch() and vk_copy()
+ * record into it, each followed by a full compute/transfer memory barrier
+ * (ops of one forward pass depend on each other almost always; correctness
+ * over overlap); vk_submit_wait() submits it and blocks until the
+ * GPU is done. One thread owns a device.
+ *
+ * KAKEYA_VK_PROFILE=1 times every dispatch and copy on the GPU (timestamp
+ * queries) and the host's recording and waiting, and prints a table per
+ * pipeline name to stderr when the device is closed.
  *
  * Ownership: every _new/_open has its _free/_close, safe on NULL or on a
  * zeroed struct. Errors are values: functions that can fail return 0 or -1
@@ -57,12 +63,18 @@ struct vk_buffer {
     int block;              /* -1: own allocation */
 };
 
+/* Bindings of one pipeline, at most (each may be an array of buffers). */
+#define VK_PIPELINE_MAX_BINDINGS 16
+
 struct vk_pipeline {
     VkPipeline pipe;
     VkPipelineLayout layout;
     VkDescriptorSetLayout set_layout;
-    int n_buffers;          /* storage buffers at bindings 0..n_buffers-1 */
+    int n_bindings;         /* storage-buffer bindings 0..n_bindings-1 */
+    uint8_t count[VK_PIPELINE_MAX_BINDINGS];   /* buffers in binding i */
+    int n_buffers;          /* the sum of count: buffers a dispatch binds */
     uint32_t push_bytes;    /* push-constant block size */
+    char name[64];          /* for KAKEYA_VK_PROFILE's table; may be "" */
 };
 
 struct vk_device;
@@ -129,14 +141,23 @@ int vk_download(struct vk_device *d, const struct vk_buffer *src,
 int vk_pipeline_new(struct vk_device *d, const uint32_t *spirv, size_t bytes,
                     int n_buffers, uint32_t push_bytes,
                     struct vk_pipeline *out, struct kk_error *err);
+/* The same with binding i an array of count[i] (>= 1) storage buffers, for
+ * a shader that picks one by a workgroup-uniform index. */
+int vk_pipeline_new_arrays(struct vk_device *d, const uint32_t *spirv,
+                           size_t bytes, int n_bindings, const int *count,
+                           uint32_t push_bytes, struct vk_pipeline *out,
+                           struct kk_error *err);
 void vk_pipeline_free(struct vk_device *d, struct vk_pipeline *p);
 
 /* ---- recording ---- */
 
+/* Opens a recording; it starts with a full barrier against the work of
+ * earlier submissions. */
 int vk_begin(struct vk_device *d, struct kk_error *err);
-/* Binds bufs[0..p->n_buffers-1] (whole buffers) to bindings 0.., pushes
- * push_bytes of `push`, dispatches groups_x * groups_y * groups_z
- * workgroups, then a barrier. */
+/* Binds bufs[0..p->n_buffers-1] (whole buffers) to bindings 0.., an
+ * array binding taking the next count[i] of them, pushes push_bytes of
+ * `push`, dispatches groups_x * groups_y * groups_z workgroups, then a
+ * barrier. */
 void vk_dispatch(struct vk_device *d, const struct vk_pipeline *p,
                  const struct vk_buffer *const *bufs, const void *push,
                  uint32_t groups_x, uint32_t groups_y, uint32_t groups_z);
@@ -144,6 +165,13 @@ void vk_dispatch(struct vk_device *d, const struct vk_pipeline *p,
 void vk_copy(struct vk_device *d, const struct vk_buffer *src,
              VkDeviceSize src_offset, const struct vk_buffer *dst,
              VkDeviceSize dst_offset, VkDeviceSize bytes);
+/* vk_copy without the barrier after it, for a copy whose destination
+ * nothing later in this recording reads or writes (the KV cache's slots
+ * that only the next pass reads: each recording starts with a barrier). */
+void vk_copy_for_next_pass(struct vk_device *d, const struct vk_buffer *src,
+                           VkDeviceSize src_offset,
+                           const struct vk_buffer *dst,
+                           VkDeviceSize dst_offset, VkDeviceSize bytes);
 /* Submits what was recorded since vk_begin and waits for it (60 s at
  * most); afterwards the results are visible to host reads of mapped
  * buffers too. A lost device or a timeout fails with a message (and every

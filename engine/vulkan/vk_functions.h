@@ -33,6 +33,7 @@ VK_FN_INSTANCE(vkDestroyInstance)
 VK_FN_INSTANCE(vkEnumeratePhysicalDevices)
 VK_FN_INSTANCE(vkGetPhysicalDeviceProperties)
 VK_FN_INSTANCE(vkGetPhysicalDeviceProperties2) /* core 1.1; may be NULL */
+VK_FN_INSTANCE(vkGetPhysicalDeviceFeatures)
 VK_FN_INSTANCE(vkGetPhysicalDeviceQueueFamilyProperties)
 VK_FN_INSTANCE(vkGetPhysicalDeviceMemoryProperties)
 VK_FN_INSTANCE(vkEnumerateDeviceExtensionProperties)
@@ -76,6 +77,11 @@ VK_FN_DEVICE(vkCmdPushDescriptorSetKHR) /* VK_KHR_push_descriptor */
 VK_FN_DEVICE(vkCmdPushConstants)
 VK_FN_DEVICE(vkCmdDispatch)
 VK_FN_DEVICE(vkCmdPipelineBarrier)
+VK_FN_DEVICE(vkCreateQueryPool)
+VK_FN_DEVICE(vkDestroyQueryPool)
+VK_FN_DEVICE(vkCmdResetQueryPool)
+VK_FN_DEVICE(vkCmdWriteTimestamp)
+VK_FN_DEVICE(vkGetQueryPoolResults)
 VK_FN_DEVICE(vkCmdCopyBuffer)
 
 #ifdef KK_VK_FN_LOADER_DEFAULTED

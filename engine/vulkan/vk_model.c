@@ -4,8 +4,10 @@
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <unistd.h>
 
+#include "dtype.h"
 #include "error.h"
 #include "model.h"
 
@@ -27,8 +29,54 @@ static VkDeviceSize padded(size_t bytes)
     return (bytes + 3) / 4 * 4 + 4;
 }
 
+void vk_model_repack_rows(uint32_t type, int64_t n_cols, int64_t n_rows,
+                          size_t row_bytes, const void *src, void *dst)
+{
+    if (type != KK_Q8_0) {
+        memcpy(dst, src, (size_t)n_rows * row_bytes);
+        return;
+    }
+    const int64_t nb = n_cols / 32;
+    for (int64_t r = 0; r < n_rows; r++) {
+        const uint8_t *in = (const uint8_t *)src + (size_t)r * row_bytes;
+        uint8_t *quants = (uint8_t *)dst + (size_t)r * row_bytes;
+        uint8_t *scales = quants + n_cols;
+        for (int64_t b = 0; b < nb; b++) {
+            memcpy(scales + 2 * b, in + 34 * b, 2);
+            memcpy(quants + 32 * b, in + 34 * b + 2, 32);
+        }
+    }
+}
+
+/* Rows repacked per upload: bounded host memory for any matrix. */
+enum { REPACK_CHUNK_BYTES = 16 << 20 };
+
+/* Uploads w's rows in the device layout, a chunk of rows at a time. */
+static int upload_repacked(struct vk_device *d, struct vk_buffer *dst,
+                           const struct weight *w, struct kk_error *err)
+{
+    int64_t rows_per = REPACK_CHUNK_BYTES / (int64_t)w->row_bytes;
+    rows_per = rows_per < 1 ? 1 : rows_per;
+    uint8_t *tmp = malloc((size_t)rows_per * w->row_bytes);
+    if (!tmp)
+        return kk_fail(err, "out of memory");
+    int rc = 0;
+    for (int64_t r = 0; r < w->n_rows && rc == 0; r += rows_per) {
+        int64_t n = w->n_rows - r < rows_per ? w->n_rows - r : rows_per;
+        size_t at = (size_t)r * w->row_bytes;
+        vk_model_repack_rows(w->type, w->n_cols, n, w->row_bytes,
+                             (const uint8_t *)w->data + at, tmp);
+        rc = vk_upload(d, dst, at, tmp, (size_t)n * w->row_bytes, err);
+    }
+    free(tmp);
+    return rc;
+}
+
+/* A device copy of `bytes` at host, filed under host; a weight `w` is
+ * uploaded in the device layout (NULL: the bytes as they are). */
 static int add_copy(struct vk_device *d, struct vk_model *vm,
-                    const void *host, size_t bytes, struct kk_error *err)
+                    const void *host, size_t bytes, const struct weight *w,
+                    struct kk_error *err)
 {
     if (!host || vk_model_find(vm, host))
         return 0;   /* absent, or shared (a tied output matrix) */
@@ -43,7 +91,9 @@ static int add_copy(struct vk_device *d, struct vk_model *vm,
     struct vk_tensor_copy *c = &vm->items[vm->n];
     c->host = host;
     if (vk_buffer_new(d, padded(bytes), VK_MEM_DEVICE, &c->buf, err) ||
-        vk_upload(d, &c->buf, 0, host, bytes, err)) {
+        (w && w->type == KK_Q8_0 ? upload_repacked(d, &c->buf, w, err)
+                                 : vk_upload(d, &c->buf, 0, host, bytes,
+                                             err))) {
         vk_buffer_free(d, &c->buf);
         return -1;
     }
@@ -63,13 +113,14 @@ static int add_copy(struct vk_device *d, struct vk_model *vm,
 static int add_weight(struct vk_device *d, struct vk_model *vm,
                       const struct weight *w, struct kk_error *err)
 {
-    return add_copy(d, vm, w->data, (size_t)w->n_rows * w->row_bytes, err);
+    return add_copy(d, vm, w->data, (size_t)w->n_rows * w->row_bytes, w,
+                    err);
 }
 
 static int add_vector(struct vk_device *d, struct vk_model *vm,
                       const float *v, int64_t n, struct kk_error *err)
 {
-    return add_copy(d, vm, v, (size_t)n * sizeof(float), err);
+    return add_copy(d, vm, v, (size_t)n * sizeof(float), NULL, err);
 }
 
 static int upload_layer(struct vk_device *d, struct vk_model *vm,

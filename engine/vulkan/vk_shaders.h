@@ -26,23 +26,34 @@ struct vk_spirv {
  * name. */
 const struct vk_spirv *vk_shader_find(const char *name);
 
-/* matmul_<t>, t in f32 f16 bf16 q8_0 q4_0 q5_0 q4_k q6_k:
- *   y[t][r] = sum_c W[r][c] * x[t][c]   for t < n_tokens, r < n_rows
- * bindings: 0 W (the matrix's raw GGUF bytes: row r at r * row_bytes),
- *           1 X (float, n_tokens rows of n_cols), 2 Y (float, n_tokens rows
- *           of n_rows).
- * grid: (ceil(n_rows / MM_ROWS), ceil(n_tokens / MM_TOKENS), 1); each
- * workgroup reads its MM_ROWS weight rows once for its MM_TOKENS tokens.
- *
- * matmul_rows_<t>: the same product with one invocation per weight row,
- * for devices whose invocations are a CPU's SIMD lanes (lavapipe).
- * grid: (ceil(n_rows / MM_ROWWISE_ROWS), ceil(n_tokens / MM_TOKENS), 1).
- *
- * In both, row groups beyond the device's grid width may spill into z:
- * group g = x + z * groups_x; a group past the last row does nothing. */
-enum { MM_ROWS = 2, MM_TOKENS = 16, MM_ROWWISE_ROWS = 64 };
+/* matmul_<t>, t in f32 f16 bf16 q8_0 q4_0 q5_0 q4_k q6_k: for up to
+ * MM_MAX_MATS matrices W_m of one type and width n_cols,
+ *   mode MM_STORE: Y_m[t][r] = sum_c W_m[r][c] * x[t][c]
+ *   mode MM_ADD:   Y_0[t][r] += sum_c W_0[r][c] * x[t][c]
+ *   mode MM_GATED: Y_0[t][r] = act(W_0[r] . x[t]) * (W_1[r] . x[t]), act
+ *                  SiLU or (use_gelu) GELU as gated_act computes them
+ * for t < n_tokens, r < n_rows[m]. A token's result has the same bits
+ * whatever the batch it is computed in.
+ * bindings: 0 W[MM_MAX_MATS] (the matrices' bytes, row r at r * row_bytes:
+ *           GGUF blocks, Q8_0 rearranged by vk_model_repack_rows),
+ *           1 X (float, n_tokens rows of n_cols),
+ *           2 Y[MM_MAX_MATS] (float, n_tokens rows of n_rows[m]).
+ *           Unused array entries may repeat a used buffer.
+ * grid: row groups of MM_SLOTS rows (MM_GATED: MM_SLOTS / 2 rows of both
+ * matrices) for matmul_<t>, MM_ROWWISE_ROWS rows (or row pairs) for
+ * matmul_rows_<t> — one invocation per row, for devices whose invocations
+ * are a CPU's SIMD lanes (lavapipe). Matrix m's groups are numbered from
+ * start[m] (start[0] = 0; ~0u for a matrix not in the dispatch; MM_GATED
+ * numbers only matrix 0's). groups_y = ceil(n_tokens / MM_TOKENS). Row
+ * groups beyond the device's grid width may spill into z: group g = x +
+ * z * groups_x; a group past its matrix's last row does nothing. */
+enum { MM_SLOTS = 4, MM_TOKENS = 16, MM_ROWWISE_ROWS = 64, MM_MAX_MATS = 3 };
+enum { MM_STORE = 0, MM_ADD = 1, MM_GATED = 2 };
 struct vk_push_matmul {
-    uint32_t n_cols, n_rows, n_tokens, row_bytes;
+    uint32_t n_cols, row_bytes, n_tokens, mode;
+    uint32_t n_rows[MM_MAX_MATS];
+    uint32_t start[MM_MAX_MATS];
+    uint32_t use_gelu;
 };
 
 /* rmsnorm: y = x / sqrt(mean(x^2) + eps) * w over each of n_groups groups
@@ -91,6 +102,19 @@ struct vk_push_gated_act {
  * grid: (ceil(ceil(n_rows * row_bytes / 4) / 64), 1, 1). */
 struct vk_push_kv_store {
     uint32_t n_rows, kv_dim, type, block, row_bytes;
+};
+
+/* rope_kv_store: rope of Q in place (n_rows rows of n_head heads), then
+ * kv_store of K rotated the same way (rope's result, not written back to
+ * K) and of V (n_rows rows of n_head_kv heads each) into the staging rows,
+ * all as rope and kv_store would: kv_dim = n_head_kv * head_dim.
+ * bindings: 0 Q (float), 1 K (float), 2 V (float), 3 CS (the angles, as
+ * for rope), 4 K stage, 5 V stage (uint).
+ * grid: (max(ceil(n_rows * n_head * n_rot/2 / 64),
+ *            ceil(ceil(n_rows * row_bytes / 4) / 64)), 3, 1). */
+struct vk_push_rope_kv_store {
+    uint32_t n_rows, n_head, n_head_kv, head_dim, n_rot, style;
+    uint32_t type, block, row_bytes;
 };
 
 /* attention: for query row t (position p = pos0 + t) and head h:
