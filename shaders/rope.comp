@@ -18,19 +18,6 @@ layout(push_constant) uniform Push {
 
 void main()
 {
-    const uint half_rot = pc.n_rot / 2u;
-    const uint id = gl_GlobalInvocationID.x;
-    if (half_rot == 0u || id >= pc.n_rows * pc.n_heads * half_rot)
-        return;
-    const uint p = id % half_rot;
-    const uint head = (id / half_rot) % pc.n_heads;
-    const uint row = id / (half_rot * pc.n_heads);
-    const uint base = (row * pc.n_heads + head) * pc.head_dim;
-    const uint a = base + rope_a(p, pc.n_rot, pc.style);
-    const uint b = base + rope_b(p, pc.n_rot, pc.style);
-    const float c = cs[(row * half_rot + p) * 2u];
-    const float s = cs[(row * half_rot + p) * 2u + 1u];
-    const float xa = x[a], xb = x[b];
-    x[a] = rope_rotated_a(xa, xb, c, s);
-    x[b] = rope_rotated_b(xa, xb, c, s);
+    KK_ROPE_PAIR(x, cs, gl_GlobalInvocationID.x, pc.n_rows, pc.n_heads,
+                 pc.head_dim, pc.n_rot, pc.style)
 }

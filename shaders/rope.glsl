@@ -46,4 +46,25 @@ float rope_rotated_b(float xa, float xb, float c, float s)
     return r;
 }
 
+/* Rotates pair `id` (row, head, pair p, counted pair-fastest) of buf, n_rows
+ * rows of n_heads heads, with the angles in cs (rope's contract in
+ * vk_shaders.h). A macro: GLSL cannot pass a buffer to a function. */
+#define KK_ROPE_PAIR(buf, cs, id, n_rows, n_heads, head_dim, n_rot, style)  \
+    {                                                                        \
+        const uint half_ = (n_rot) / 2u;                                     \
+        if (half_ != 0u && (id) < (n_rows) * (n_heads) * half_) {            \
+            const uint p_ = (id) % half_;                                    \
+            const uint head_ = ((id) / half_) % (n_heads);                   \
+            const uint row_ = (id) / (half_ * (n_heads));                    \
+            const uint base_ = (row_ * (n_heads) + head_) * (head_dim);      \
+            const uint a_ = base_ + rope_a(p_, n_rot, style);                \
+            const uint b_ = base_ + rope_b(p_, n_rot, style);                \
+            const float c_ = cs[(row_ * half_ + p_) * 2u];                   \
+            const float s_ = cs[(row_ * half_ + p_) * 2u + 1u];              \
+            const float xa_ = buf[a_], xb_ = buf[b_];                        \
+            buf[a_] = rope_rotated_a(xa_, xb_, c_, s_);                      \
+            buf[b_] = rope_rotated_b(xa_, xb_, c_, s_);                      \
+        }                                                                    \
+    }
+
 #endif

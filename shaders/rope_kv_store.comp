@@ -47,29 +47,12 @@ uint kv_src_bits(uint i)
                                 : rope_rotated_a(xa, xb, c, s));
 }
 
-void rotate_query_pair(uint id)
-{
-    const uint half_rot = pc.n_rot / 2u;
-    if (half_rot == 0u || id >= pc.n_rows * pc.n_head * half_rot)
-        return;
-    const uint p = id % half_rot;
-    const uint head = (id / half_rot) % pc.n_head;
-    const uint row = id / (half_rot * pc.n_head);
-    const uint base = (row * pc.n_head + head) * pc.head_dim;
-    const uint a = base + rope_a(p, pc.n_rot, pc.style);
-    const uint b = base + rope_b(p, pc.n_rot, pc.style);
-    const float c = cs[(row * half_rot + p) * 2u];
-    const float s = cs[(row * half_rot + p) * 2u + 1u];
-    const float xa = q[a], xb = q[b];
-    q[a] = rope_rotated_a(xa, xb, c, s);
-    q[b] = rope_rotated_b(xa, xb, c, s);
-}
-
 void main()
 {
     const uint id = gl_GlobalInvocationID.x;
     if (gl_WorkGroupID.y == 0u) {
-        rotate_query_pair(id);
+        KK_ROPE_PAIR(q, cs, id, pc.n_rows, pc.n_head, pc.head_dim, pc.n_rot,
+                     pc.style)
         return;
     }
     const kv_layout L = kv_layout(pc.n_rows, pc.n_head_kv * pc.head_dim,
