@@ -26,6 +26,7 @@
 #include "quant.h"
 #include "simd_math.h"
 #include "threadpool.h"
+#include "weight_packs.h"
 
 /* F32 weights with batches at least this large go through OpenBLAS sgemm:
  * compute-bound, where BLAS's register blocking wins. Everything else
@@ -41,6 +42,10 @@ enum { SGEMM_MIN_TOKENS = 32, SGEMM_TILE_ROWS = 64 };
  * to about MATMUL_TAIL_BYTES of weights, so the threads finish within a
  * microsecond or so of each other. At most MATMUL_TASKS_MAX ranges. */
 enum { MATMUL_TAIL_BYTES = 24 * 1024, MATMUL_TASKS_MAX = 64 };
+
+/* Batches of at least this many tokens multiply packed weights with AMX
+ * tiles (matmul.h): a single token is cheaper on the row kernels. */
+enum { AMX_MIN_TOKENS = 1 };
 
 /* Chunk partials attention may keep for a step it spreads over the
  * threads (attention.h): 4 MiB, enough for a 17-token verify of a
@@ -61,8 +66,10 @@ struct rope_table {
 
 struct cpu_backend {
     struct backend base;   /* first: a struct backend * points here */
-    struct pool *pool;
+    struct pool *pool;     /* own_pool, or a lender's (backend_share_threads) */
+    struct pool *own_pool;
     int n_threads;
+    struct weight_packs *packs; /* AMX copies of the model's matrices */
     void *prep;            /* prepared activations of the current matmul */
     size_t prep_bytes;
     struct matmul_input prep_in; /* what prep holds */
@@ -88,7 +95,8 @@ static struct cpu_backend *cpu(struct backend *be)
     return (struct cpu_backend *)be;
 }
 
-int backend_cpu_new(int n_threads, struct backend **out, struct kk_error *err)
+int backend_cpu_new(int n_threads, const struct model *m,
+                    struct backend **out, struct kk_error *err)
 {
     *out = NULL;
     struct cpu_backend *be = calloc(1, sizeof *be);
@@ -100,6 +108,12 @@ int backend_cpu_new(int n_threads, struct backend **out, struct kk_error *err)
         return -1;
     }
     be->n_threads = pool_threads(be->pool);
+    be->own_pool = be->pool;
+    if (packs_new(m, &be->packs, err)) {
+        pool_free(be->pool);
+        free(be);
+        return -1;
+    }
     /* Our pool already runs one sgemm per thread on disjoint tiles. */
     openblas_set_num_threads(1);
     *out = &be->base;
@@ -109,7 +123,8 @@ int backend_cpu_new(int n_threads, struct backend **out, struct kk_error *err)
 static void cpu_free(struct backend *base)
 {
     struct cpu_backend *be = cpu(base);
-    pool_free(be->pool);
+    pool_free(be->own_pool);
+    packs_free(be->packs);
     free(be->prep);
     free(be->attn.per_thread);
     free(be->attn.partials);
@@ -128,6 +143,14 @@ static const char *cpu_name(const struct backend *be)
 static int cpu_threads(const struct backend *be)
 {
     return ((const struct cpu_backend *)be)->n_threads;
+}
+
+/* Same thread count: the per-thread scratch stays the right size. */
+static void cpu_share_threads(struct backend *base, struct backend *lender)
+{
+    struct cpu_backend *be = cpu(base);
+    be->pool = lender && cpu(lender)->n_threads == be->n_threads
+                   ? cpu(lender)->pool : be->own_pool;
 }
 
 static int grow(void **buf, size_t bytes, struct kk_error *err)
@@ -206,6 +229,7 @@ struct matmul_job {
     int n;
     int parts;
     const struct weight *w[MATMUL_MAX_PARTS];
+    const void *packed[MATMUL_MAX_PARTS]; /* AMX copies, when used */
     float *y[MATMUL_MAX_PARTS];
     int64_t first_row[MATMUL_MAX_PARTS + 1];
     int64_t bounds[MATMUL_TASKS_MAX + 1]; /* task i: stacked rows
@@ -220,25 +244,30 @@ static void matmul_task(void *ctx, int i, int thread)
         int64_t r0 = j->bounds[i] > base ? j->bounds[i] : base;
         int64_t r1 = j->bounds[i + 1] < j->first_row[p + 1]
                          ? j->bounds[i + 1] : j->first_row[p + 1];
-        if (r0 < r1)
+        if (r0 >= r1)
+            continue;
+        if (j->packed[p])
+            matmul_rows_amx(j->packed[p], j->in, j->y[p], j->w[p]->n_rows,
+                            j->w[p]->n_rows, r0 - base, r1 - base);
+        else
             matmul_rows(j->w[p]->type, j->w[p]->data, j->in, j->y[p],
                         j->w[p]->n_rows, r0 - base, r1 - base);
     }
     (void)thread;
 }
 
-/* Fills bounds with shrinking row ranges (multiples of 8 rows, the
- * kernels' row block); returns how many. */
+/* Fills bounds with shrinking row ranges (multiples of `unit` rows, the
+ * kernel's row block: 8, or 16 for AMX); returns how many. */
 static int matmul_schedule(int64_t n_rows, size_t row_bytes, int n_threads,
-                           int64_t *bounds)
+                           int unit, int64_t *bounds)
 {
     int64_t tail = MATMUL_TAIL_BYTES / (int64_t)row_bytes;
-    tail = tail < 8 ? 8 : (tail + 7) / 8 * 8;
+    tail = tail < unit ? unit : (tail + unit - 1) / unit * unit;
     int k = 0;
     bounds[0] = 0;
     for (int64_t r = 0; r < n_rows;) {
         int64_t left = n_rows - r;
-        int64_t size = (left / (2 * n_threads) + 7) / 8 * 8;
+        int64_t size = (left / (2 * n_threads) + unit - 1) / unit * unit;
         size = size < tail ? tail : size;
         if (size > left || k == MATMUL_TASKS_MAX - 1)
             size = left;
@@ -256,6 +285,20 @@ static const struct matmul_input *prepare_input(struct cpu_backend *be,
 {
     matmul_prepare(w->type, x, w->n_cols, n, be->prep, &be->prep_in);
     return &be->prep_in;
+}
+
+/* Points the job's parts at their AMX copies when the batch is worth it;
+ * returns the row block the schedule must keep to. */
+static int use_packs(const struct cpu_backend *be, struct matmul_job *j, int n)
+{
+    int unit = 8;
+    for (int p = 0; p < j->parts; p++) {
+        j->packed[p] = n >= AMX_MIN_TOKENS ? packs_find(be->packs, j->w[p])
+                                           : NULL;
+        if (j->packed[p])
+            unit = 16;
+    }
+    return unit;
 }
 
 /* One tile of rows of an F32 matrix, multiplied with BLAS. */
@@ -285,7 +328,7 @@ static void matmul_one(struct cpu_backend *be, const struct weight *w,
     }
     j.in = prepare_input(be, w, x, n);
     pool_run(be->pool, matmul_schedule(w->n_rows, w->row_bytes, be->n_threads,
-                                       j.bounds),
+                                       use_packs(be, &j, n), j.bounds),
              matmul_task, &j);
 }
 
@@ -320,7 +363,8 @@ static void cpu_matmul_multi(struct backend *base, int count,
     }
     j.in = prepare_input(be, w[0], x, n);
     pool_run(be->pool, matmul_schedule(j.first_row[count], w[0]->row_bytes,
-                                       be->n_threads, j.bounds),
+                                       be->n_threads, use_packs(be, &j, n),
+                                       j.bounds),
              matmul_task, &j);
 }
 
@@ -632,6 +676,7 @@ static void cpu_kv_commit(struct backend *be, struct kv_cache *kv)
 
 static const struct backend_ops cpu_ops = {
     .free = cpu_free, .name = cpu_name, .threads = cpu_threads,
+    .share_threads = cpu_share_threads,
     .reserve = cpu_reserve, .bind_kv = cpu_kv_noop, .kv_pull = cpu_kv_noop,
     .kv_push = cpu_kv_noop, .tensor_new = cpu_tensor_new,
     .tensor_free = cpu_tensor_free, .begin = cpu_begin, .end = cpu_end,

@@ -5,7 +5,10 @@
 
 #include <immintrin.h>
 #include <math.h>
+#include <pthread.h>
 #include <string.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 
 #include "matmul_kernels.h"
 #include "quant.h"
@@ -328,6 +331,31 @@ bool matmul_has_avx512(void)
            __builtin_cpu_supports("avx512vl") &&
            __builtin_cpu_supports("avx512dq") &&
            __builtin_cpu_supports("avx512vnni");
+}
+
+/* AMX: CPUID says AMX-TILE and AMX-INT8 (with the AVX-512 the kernel's
+ * float part uses), and Linux lets this process use the tile data state,
+ * which it must be asked for once (ARCH_REQ_XCOMP_PERM). */
+#define ARCH_REQ_XCOMP_PERM 0x1023
+#define XFEATURE_XTILEDATA 18
+
+static bool amx_ok;
+static pthread_once_t amx_once = PTHREAD_ONCE_INIT;
+
+static void amx_detect(void)
+{
+    unsigned a, b, c, d;
+    __asm__("cpuid" : "=a"(a), "=b"(b), "=c"(c), "=d"(d) : "a"(7), "c"(0));
+    bool has_tiles = (d >> 24 & 1) && (d >> 25 & 1);
+    amx_ok = has_tiles && matmul_has_avx512() &&
+             syscall(SYS_arch_prctl, ARCH_REQ_XCOMP_PERM,
+                     XFEATURE_XTILEDATA) == 0;
+}
+
+bool matmul_has_amx(void)
+{
+    pthread_once(&amx_once, amx_detect);
+    return amx_ok;
 }
 
 void matmul_rows(uint32_t weight_type, const void *w,
