@@ -43,6 +43,15 @@ enum { SGEMM_MIN_TOKENS = 32, SGEMM_TILE_ROWS = 64 };
  * microsecond or so of each other. At most MATMUL_TASKS_MAX ranges. */
 enum { MATMUL_TAIL_BYTES = 24 * 1024, MATMUL_TASKS_MAX = 64 };
 
+/* Matrices up to MATMUL_EVEN_BYTES go to the threads in equal parts
+ * instead, one range each: long runs stream better than a dozen pieces,
+ * and as the calling thread claims the first part and the worker the
+ * next, each core meets the same rows again in its own L2 on the next
+ * call (how a draft model's weights stay in cache between its tokens).
+ * Below MATMUL_INLINE_BYTES the calling thread does it all: handing half
+ * to a worker costs more than it saves. */
+enum { MATMUL_EVEN_BYTES = 2 << 20, MATMUL_INLINE_BYTES = 64 * 1024 };
+
 /* Batches of at least this many tokens multiply packed weights with AMX
  * tiles (matmul.h): a single token is cheaper on the row kernels. */
 enum { AMX_MIN_TOKENS = 1 };
@@ -256,15 +265,25 @@ static void matmul_task(void *ctx, int i, int thread)
     (void)thread;
 }
 
-/* Fills bounds with shrinking row ranges (multiples of `unit` rows, the
- * kernel's row block: 8, or 16 for AMX); returns how many. */
+/* Fills bounds with row ranges (multiples of `unit` rows, the kernel's
+ * row block: 8, or 16 for AMX): equal parts for a small matrix, else
+ * shrinking ranges; returns how many. */
 static int matmul_schedule(int64_t n_rows, size_t row_bytes, int n_threads,
                            int unit, int64_t *bounds)
 {
-    int64_t tail = MATMUL_TAIL_BYTES / (int64_t)row_bytes;
-    tail = tail < unit ? unit : (tail + unit - 1) / unit * unit;
     int k = 0;
     bounds[0] = 0;
+    const int64_t bytes = n_rows * (int64_t)row_bytes;
+    if (bytes <= MATMUL_EVEN_BYTES) {
+        int parts = bytes <= MATMUL_INLINE_BYTES ? 1 : n_threads;
+        int64_t part = (n_rows / parts + unit - 1) / unit * unit;
+        for (int64_t r = part; k + 1 < parts && r < n_rows; r += part)
+            bounds[++k] = r;
+        bounds[++k] = n_rows;
+        return k;
+    }
+    int64_t tail = MATMUL_TAIL_BYTES / (int64_t)row_bytes;
+    tail = tail < unit ? unit : (tail + unit - 1) / unit * unit;
     for (int64_t r = 0; r < n_rows;) {
         int64_t left = n_rows - r;
         int64_t size = (left / (2 * n_threads) + unit - 1) / unit * unit;
