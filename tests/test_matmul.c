@@ -349,6 +349,9 @@ static void test_amx_equals_avx512_to_the_bit(void **state)
             struct matmul_input in;
             matmul_prepare(KK_Q8_0, x, n, nt, prep, &in);
             matmul_rows_avx512(KK_Q8_0, w, &in, want, rows, 0, rows);
+            /* prepared for AMX alone: without the AVX-512 tiled copy */
+            memset(prep, 0x5a, matmul_prepared_bytes(KK_Q8_0, n, nt));
+            matmul_prepare_for(KK_Q8_0, x, n, nt, true, prep, &in);
             memset(got, 0xff, sizeof(float) * (size_t)(rows * nt));
             const int64_t cuts[] = {0, 8, 16, 21, 45};
             for (int c = 0; c + 1 < 5; c++)

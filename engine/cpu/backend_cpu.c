@@ -299,10 +299,14 @@ static int matmul_schedule(int64_t n_rows, size_t row_bytes, int n_threads,
 /* x in the form w's kernels read (quantized like llama.cpp's activations),
  * in be->prep. */
 static const struct matmul_input *prepare_input(struct cpu_backend *be,
-                                                const struct weight *w,
+                                                const struct matmul_job *j,
                                                 const float *x, int n)
 {
-    matmul_prepare(w->type, x, w->n_cols, n, be->prep, &be->prep_in);
+    bool is_amx = true;
+    for (int p = 0; p < j->parts; p++)
+        is_amx = is_amx && j->packed[p];
+    matmul_prepare_for(j->w[0]->type, x, j->w[0]->n_cols, n, is_amx, be->prep,
+                       &be->prep_in);
     return &be->prep_in;
 }
 
@@ -345,9 +349,10 @@ static void matmul_one(struct cpu_backend *be, const struct weight *w,
         pool_run(be->pool, tiles, sgemm_task, &j);
         return;
     }
-    j.in = prepare_input(be, w, x, n);
+    int unit = use_packs(be, &j, n);
+    j.in = prepare_input(be, &j, x, n);
     pool_run(be->pool, matmul_schedule(w->n_rows, w->row_bytes, be->n_threads,
-                                       use_packs(be, &j, n), j.bounds),
+                                       unit, j.bounds),
              matmul_task, &j);
 }
 
@@ -380,10 +385,10 @@ static void cpu_matmul_multi(struct backend *base, int count,
         j.y[p] = yt[p]->data;
         j.first_row[p + 1] = j.first_row[p] + w[p]->n_rows;
     }
-    j.in = prepare_input(be, w[0], x, n);
+    int unit = use_packs(be, &j, n);
+    j.in = prepare_input(be, &j, x, n);
     pool_run(be->pool, matmul_schedule(j.first_row[count], w[0]->row_bytes,
-                                       be->n_threads, use_packs(be, &j, n),
-                                       j.bounds),
+                                       be->n_threads, unit, j.bounds),
              matmul_task, &j);
 }
 

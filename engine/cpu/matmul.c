@@ -146,6 +146,13 @@ static void prepare_float(uint32_t weight_type, const float *x, int64_t n,
 void matmul_prepare(uint32_t weight_type, const float *x, int64_t n_cols,
                     int n_tokens, void *buf, struct matmul_input *out)
 {
+    matmul_prepare_for(weight_type, x, n_cols, n_tokens, false, buf, out);
+}
+
+void matmul_prepare_for(uint32_t weight_type, const float *x, int64_t n_cols,
+                        int n_tokens, bool is_amx, void *buf,
+                        struct matmul_input *out)
+{
     enum act_family fam = act_family_of(weight_type);
     /* Kernels load whole 64-byte vectors of the prepared data, once per
      * weight row: one that straddles two cache lines costs two loads. */
@@ -167,8 +174,9 @@ void matmul_prepare(uint32_t weight_type, const float *x, int64_t n_cols,
         switch (fam) {
         case ACT_Q8_0:
             prepare_q8_0(xt, n_cols, q, (float *)q8_scales(out, t));
-            prepare_q8_tiles(weight_type, q, q8_scales(out, t), n_cols,
-                             (struct q8_tile *)q8_tiles(out, t));
+            if (!is_amx)
+                prepare_q8_tiles(weight_type, q, q8_scales(out, t), n_cols,
+                                 (struct q8_tile *)q8_tiles(out, t));
             break;
         case ACT_Q8_K:
             prepare_q8_k(xt, n_cols, q, (float *)q8k_scales(out, t),

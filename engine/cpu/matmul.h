@@ -42,6 +42,12 @@ size_t matmul_prepared_bytes(uint32_t weight_type, int64_t n_cols, int n_tokens)
 /* Prepares x (n_tokens rows of n_cols floats, contiguous) into buf. */
 void matmul_prepare(uint32_t weight_type, const float *x, int64_t n_cols,
                     int n_tokens, void *buf, struct matmul_input *out);
+/* The same, for matmul_rows_amx only when is_amx: Q8_0 activations then
+ * skip the tiled copy the AVX-512 kernel reads (the AMX kernel reads the
+ * plain quants; regrouping them cost more than the tile multiplies). */
+void matmul_prepare_for(uint32_t weight_type, const float *x, int64_t n_cols,
+                        int n_tokens, bool is_amx, void *buf,
+                        struct matmul_input *out);
 
 /* y[t * ldy + r] = dot(row r of w, token t) for r in [row_begin, row_end),
  * t < in->n_tokens. w points at row 0; each row is
