@@ -61,16 +61,23 @@ enum { AMX_MIN_TOKENS = 1 };
  * 15-head model at 1,000 positions; larger steps run one task per tile. */
 enum { ATTN_PARTIAL_FLOATS = 1 << 20 };
 
-/* Distinct RoPE tables one pass may use (gemma3 has two bases). */
+/* Distinct RoPE bases a backend keeps angles for (gemma3 has two). */
 enum { MAX_ROPE_TABLES = 4 };
 
-/* The angles of this pass's positions for one base (rope_angles' layout:
- * cos, sin per pair, n_rot floats per position), made on first use: every
- * layer turns q and k by the same angles. */
+/* RoPE angles are kept for every position of the context when that costs
+ * at most this much (all tables together); otherwise each rope call
+ * computes its positions' angles. */
+enum { ROPE_CACHE_BYTES = 16 << 20 };
+
+/* The angles of positions 0 .. n_cached-1 for one base (rope_angles'
+ * layout: cos, sin per pair, n_rot floats per position), computed as
+ * positions are first reached: every layer of every pass turns q and k by
+ * the same angles, and a position's angles never change. */
 struct rope_table {
     float base;
     int n_rot;
-    float *cs;             /* max_tokens * head_dim floats */
+    int n_cached;
+    float *cs;             /* rope_positions * head_dim floats */
 };
 
 struct cpu_backend {
@@ -89,8 +96,10 @@ struct cpu_backend {
     int group;             /* query heads per key/value head */
     int max_tokens;
     struct rope_table rope[MAX_ROPE_TABLES];
-    size_t rope_floats;    /* capacity of each table */
-    int n_rope;            /* tables filled in this pass */
+    int rope_positions;    /* capacity of each table, in positions */
+    int n_rope;            /* tables in use */
+    float *rope_call;      /* max_tokens * head_dim: angles of one call
+                              when its positions are not in the tables */
     /* GELU as ggml looks it up: fp16(gelu(h)) for every fp16 h (one entry
      * more, so a 32-bit gather of the last stays inside); made on first
      * use. */
@@ -139,6 +148,7 @@ static void cpu_free(struct backend *base)
     free(be->attn.partials);
     for (int i = 0; i < MAX_ROPE_TABLES; i++)
         free(be->rope[i].cs);
+    free(be->rope_call);
     free(be->gelu_table);
     free(be);
 }
@@ -170,6 +180,23 @@ static int grow(void **buf, size_t bytes, struct kk_error *err)
                        bytes >> 20);
     *buf = nb;
     return 0;
+}
+
+/* The RoPE tables for the whole context when they fit ROPE_CACHE_BYTES,
+ * and the per-call table for max_tokens positions. */
+static int reserve_rope(struct cpu_backend *be, struct kk_error *err)
+{
+    size_t per_pos = (size_t)be->head_dim * sizeof(float);
+    int want = (size_t)be->n_ctx * per_pos * MAX_ROPE_TABLES <= ROPE_CACHE_BYTES
+                   ? be->n_ctx : 0;
+    if (want > be->rope_positions) {
+        for (int k = 0; k < MAX_ROPE_TABLES; k++)
+            if (grow((void **)&be->rope[k].cs, (size_t)want * per_pos, err))
+                return -1;
+        be->rope_positions = want;
+    }
+    return grow((void **)&be->rope_call, (size_t)be->max_tokens * per_pos,
+                err);
 }
 
 static int cpu_reserve(struct backend *base, int max_tokens, int64_t max_cols,
@@ -215,14 +242,7 @@ static int cpu_reserve(struct backend *base, int max_tokens, int64_t max_cols,
         be->head_dim = hd;
         be->group = grp;
     }
-    size_t rope = (size_t)be->max_tokens * (size_t)be->head_dim;
-    if (rope > be->rope_floats) {
-        for (int k = 0; k < MAX_ROPE_TABLES; k++)
-            if (grow((void **)&be->rope[k].cs, rope * sizeof(float), err))
-                return -1;
-        be->rope_floats = rope;
-    }
-    return 0;
+    return reserve_rope(be, err);
 }
 
 /* ---- matmul ---- */
@@ -444,21 +464,75 @@ static void cpu_rmsnorm(struct backend *be, struct be_tensor *yt,
     }
 }
 
-/* The angle table of this pass for (base, n_rot), made on first use. */
+/* The angles of positions pos[0..n) for (base, n_rot), n_rot floats per
+ * position: from the backend's tables when the positions are consecutive
+ * and inside them, else computed into rope_call. */
 static const float *rope_table(struct cpu_backend *be, int n, int n_rot,
                                const int32_t *pos, float base)
 {
-    for (int i = 0; i < be->n_rope; i++)
+    bool is_run = pos[0] >= 0 && pos[n - 1] == pos[0] + n - 1 &&
+                  pos[n - 1] < be->rope_positions;
+    for (int t = 1; t < n && is_run; t++)
+        is_run = pos[t] == pos[t - 1] + 1;
+    struct rope_table *rt = NULL;
+    for (int i = 0; i < be->n_rope && !rt; i++)
         if (be->rope[i].base == base && be->rope[i].n_rot == n_rot)
-            return be->rope[i].cs;
-    /* More bases than tables: the last is made again (never seen). */
-    struct rope_table *rt = &be->rope[be->n_rope < MAX_ROPE_TABLES
-                                          ? be->n_rope++ : MAX_ROPE_TABLES - 1];
-    rt->base = base;
-    rt->n_rot = n_rot;
-    for (int t = 0; t < n; t++)
-        rope_angles(pos[t], n_rot, base, rt->cs + (size_t)t * (size_t)n_rot);
-    return rt->cs;
+            rt = &be->rope[i];
+    if (!rt && is_run) {
+        /* More bases than tables: the last is started over (never seen). */
+        rt = &be->rope[be->n_rope < MAX_ROPE_TABLES ? be->n_rope++
+                                                    : MAX_ROPE_TABLES - 1];
+        *rt = (struct rope_table){base, n_rot, 0, rt->cs};
+    }
+    if (!rt || !is_run) {
+        for (int t = 0; t < n; t++)
+            rope_angles(pos[t], n_rot, base,
+                        be->rope_call + (size_t)t * (size_t)n_rot);
+        return be->rope_call;
+    }
+    for (; rt->n_cached <= pos[n - 1]; rt->n_cached++)
+        rope_angles(rt->n_cached, n_rot, base,
+                    rt->cs + (size_t)rt->n_cached * (size_t)n_rot);
+    return rt->cs + (size_t)pos[0] * (size_t)n_rot;
+}
+
+/* Splits 16 interleaved (cos, sin) floats into 8 cosines and 8 sines. */
+static void split_cs(const float *cs, __m256 *c, __m256 *s)
+{
+    __m256 a = _mm256_loadu_ps(cs), b = _mm256_loadu_ps(cs + 8);
+    *c = _mm256_castpd_ps(_mm256_permute4x64_pd(
+        _mm256_castps_pd(_mm256_shuffle_ps(a, b, _MM_SHUFFLE(2, 0, 2, 0))),
+        _MM_SHUFFLE(3, 1, 2, 0)));
+    *s = _mm256_castpd_ps(_mm256_permute4x64_pd(
+        _mm256_castps_pd(_mm256_shuffle_ps(a, b, _MM_SHUFFLE(3, 1, 3, 1))),
+        _MM_SHUFFLE(3, 1, 2, 0)));
+}
+
+/* One head turned by the angles cs, pairs (i, i + pairs) (NEOX) or
+ * (2i, 2i + 1) (NORM): x0 c - x1 s and x0 s + x1 c, each product rounded
+ * before the sum as the scalar code does (C11 does not contract). */
+static void rope_head(float *v, const float *cs, int pairs,
+                      enum rope_style style)
+{
+    int i = 0;
+    if (style == ROPE_NEOX) {
+        for (; i + 8 <= pairs; i += 8) {
+            __m256 c, s;
+            split_cs(cs + 2 * i, &c, &s);
+            __m256 x0 = _mm256_loadu_ps(v + i), x1 = _mm256_loadu_ps(v + i + pairs);
+            _mm256_storeu_ps(v + i, _mm256_sub_ps(_mm256_mul_ps(x0, c),
+                                                  _mm256_mul_ps(x1, s)));
+            _mm256_storeu_ps(v + i + pairs, _mm256_add_ps(_mm256_mul_ps(x0, s),
+                                                          _mm256_mul_ps(x1, c)));
+        }
+    }
+    for (; i < pairs; i++) {
+        int a = style == ROPE_NORM ? 2 * i : i;
+        int b = style == ROPE_NORM ? 2 * i + 1 : i + pairs;
+        float x0 = v[a], x1 = v[b];
+        v[a] = x0 * cs[2 * i] - x1 * cs[2 * i + 1];
+        v[b] = x0 * cs[2 * i + 1] + x1 * cs[2 * i];
+    }
 }
 
 static void cpu_rope(struct backend *base, struct be_tensor *xt, int n,
@@ -466,20 +540,12 @@ static void cpu_rope(struct backend *base, struct be_tensor *xt, int n,
                      float rope_base, enum rope_style style)
 {
     const float *table = rope_table(cpu(base), n, n_rot, pos, rope_base);
-    const int pairs = n_rot / 2;
     for (int t = 0; t < n; t++) {
         /* every head of a position turns by the same angles */
         const float *cs = table + (size_t)t * (size_t)n_rot;
-        for (int h = 0; h < n_heads; h++) {
-            float *v = xt->data + ((int64_t)t * n_heads + h) * head_dim;
-            for (int i = 0; i < pairs; i++) {
-                int a = style == ROPE_NORM ? 2 * i : i;
-                int b = style == ROPE_NORM ? 2 * i + 1 : i + pairs;
-                float x0 = v[a], x1 = v[b];
-                v[a] = x0 * cs[2 * i] - x1 * cs[2 * i + 1];
-                v[b] = x0 * cs[2 * i + 1] + x1 * cs[2 * i];
-            }
-        }
+        for (int h = 0; h < n_heads; h++)
+            rope_head(xt->data + ((int64_t)t * n_heads + h) * head_dim, cs,
+                      n_rot / 2, style);
     }
 }
 
@@ -668,7 +734,7 @@ static void cpu_tensor_free(struct backend *be, struct be_tensor *t)
 
 static void cpu_begin(struct backend *base)
 {
-    cpu(base)->n_rope = 0;
+    (void)base;
 }
 
 static int cpu_end(struct backend *be, struct kk_error *err)
