@@ -1,11 +1,16 @@
 /* weight_packs.c — see weight_packs.h.
  *
- * The copies sit in one allocation; an open-addressing table keyed by the
- * weight's data pointer finds them (a pass looks up ~75 times). */
+ * The copies sit in one anonymous mapping backed by transparent huge pages
+ * (as the model file itself, gguf.c: a pass streams every weight once, and
+ * from 4 KiB pages each page costs a TLB miss and stops the prefetchers);
+ * an open-addressing table keyed by the weight's data pointer finds them
+ * (a pass looks up ~75 times). */
 #include "weight_packs.h"
 
 #include <stdint.h>
 #include <stdlib.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 #include "dtype.h"
 #include "error.h"
@@ -21,6 +26,7 @@ struct weight_packs {
     struct pack_slot *slots;
     size_t n_slots;        /* a power of two, at least twice the packs */
     void *memory;
+    size_t bytes;
 };
 
 /* The matrices a forward pass multiplies with (the output may be the
@@ -46,10 +52,23 @@ static bool is_packable(const struct weight *w)
     return w->type == KK_Q8_0 && w->n_cols % 32 == 0 && w->n_rows > 0;
 }
 
+/* The copy is worth its memory only while it takes at most half of what
+ * is free now (the row kernels read the original otherwise). */
+static bool fits_in_memory(size_t bytes)
+{
+    long pages = sysconf(_SC_AVPHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+    return pages > 0 && page > 0 && bytes <= (size_t)pages * (size_t)page / 2;
+}
+
 static size_t slot_of(const struct weight_packs *p, const void *data)
 {
     uint64_t h = (uint64_t)(uintptr_t)data * 0x9e3779b97f4a7c15ull;
     return (size_t)(h >> 32) & (p->n_slots - 1);
+}
+
+size_t packs_bytes(const struct weight_packs *p)
+{
+    return p ? p->bytes : 0;
 }
 
 const void *packs_find(const struct weight_packs *p, const struct weight *w)
@@ -81,7 +100,7 @@ int packs_new(const struct model *m, struct weight_packs **out,
             bytes += matmul_amx_packed_bytes(ws[i]->n_rows, ws[i]->n_cols);
             n++;
         }
-    if (n == 0) {
+    if (n == 0 || !fits_in_memory(bytes)) {
         free(ws);
         return 0;
     }
@@ -91,7 +110,13 @@ int packs_new(const struct model *m, struct weight_packs **out,
         p->n_slots *= 2;
     if (p) {
         p->slots = calloc(p->n_slots, sizeof *p->slots);
-        p->memory = aligned_alloc(64, (bytes + 63) / 64 * 64);
+        p->memory = mmap(NULL, bytes, PROT_READ | PROT_WRITE,
+                         MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+        p->bytes = bytes;
+        if (p->memory == MAP_FAILED)
+            p->memory = NULL;
+        else
+            madvise(p->memory, bytes, MADV_HUGEPAGE);
     }
     if (!p || !p->slots || !p->memory) {
         free(ws);
@@ -112,6 +137,7 @@ int packs_new(const struct model *m, struct weight_packs **out,
         at += matmul_amx_packed_bytes(w->n_rows, w->n_cols);
     }
     free(ws);
+    mprotect(p->memory, bytes, PROT_READ);
     *out = p;
     return 0;
 }
@@ -121,6 +147,7 @@ void packs_free(struct weight_packs *p)
     if (!p)
         return;
     free(p->slots);
-    free(p->memory);
+    if (p->memory)
+        munmap(p->memory, p->bytes);
     free(p);
 }
