@@ -52,13 +52,14 @@ enum { MATMUL_TAIL_BYTES = 24 * 1024, MATMUL_TASKS_MAX = 64 };
  * to a worker costs more than it saves. */
 enum { MATMUL_EVEN_BYTES = 2 << 20, MATMUL_INLINE_BYTES = 64 * 1024 };
 
-/* Batches of two tokens or more multiply packed weights with AMX tiles
- * (matmul.h). A single token does too when the model's packed weights are
- * at most AMX_CACHED_BYTES, which stay in the caches from token to token;
- * a larger model streams from DRAM, where the row kernels' interleaved row
- * streams keep more reads in flight than one stream of tiles (SmolLM2-360M:
- * 30 tok/s on the row kernels, 25 on tiles). */
-enum { AMX_CACHED_BYTES = 64 << 20 };
+/* Which batches multiply packed weights with AMX tiles (matmul.h): all,
+ * when the model's packed weights are at most AMX_CACHED_BYTES and stay
+ * in the caches from token to token. A larger model streams from DRAM,
+ * where the row kernels' interleaved row streams keep more reads in flight
+ * than one stream of tiles, and the tiles win only once a batch has enough
+ * tokens to be compute-bound (SmolLM2-360M: one token 30 tok/s on the row
+ * kernels, 25 on tiles; the two break even at 5-6 tokens). */
+enum { AMX_CACHED_BYTES = 64 << 20, AMX_STREAMED_MIN_TOKENS = 6 };
 
 /* Chunk partials attention may keep for a step it spreads over the
  * threads (attention.h): 4 MiB, enough for a 17-token verify of a
@@ -137,7 +138,8 @@ int backend_cpu_new(int n_threads, const struct model *m,
         free(be);
         return -1;
     }
-    be->amx_min_tokens = packs_bytes(be->packs) <= AMX_CACHED_BYTES ? 1 : 2;
+    be->amx_min_tokens = packs_bytes(be->packs) <= AMX_CACHED_BYTES
+                             ? 1 : AMX_STREAMED_MIN_TOKENS;
     /* Our pool already runs one sgemm per thread on disjoint tiles. */
     openblas_set_num_threads(1);
     *out = &be->base;
