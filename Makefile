@@ -9,7 +9,8 @@
 #
 # The engine is built for x86-64-v3 (AVX2, FMA, F16C): the floor the project
 # supports. AVX-512 kernels live in files named *_avx512.c, compiled with
-# those extensions and only called after a runtime CPU check.
+# those extensions and only called after a runtime CPU check; the AMX kernel
+# (*_amx.c) likewise.
 
 CC      ?= gcc
 PREFIX  ?= /usr/local
@@ -18,6 +19,7 @@ SHARED  ?= ../shared
 
 ARCH      := -march=x86-64-v3 -mtune=generic
 AVX512    := -mavx512f -mavx512bw -mavx512vl -mavx512dq -mavx512vnni
+AMX       := $(AVX512) -mamx-tile -mamx-int8
 WARN      := -Wall -Wextra -Werror -Wshadow -Wno-unused-parameter
 PKGS      := ncursesw readline sqlite3 libcjson
 BLAS_CFLAGS := $(shell pkg-config --cflags openblas 2>/dev/null)
@@ -48,6 +50,10 @@ APP        := $(BUILD)/kakeya
         install clean
 
 all: $(APP)
+
+$(BUILD)/%_amx.o: %_amx.c
+	@mkdir -p $(dir $@)
+	$(CC) $(ALL_CFLAGS) $(AMX) -c $< -o $@
 
 $(BUILD)/%_avx512.o: %_avx512.c
 	@mkdir -p $(dir $@)

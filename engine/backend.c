@@ -20,10 +20,10 @@ int backend_new(const struct backend_params *p, const struct model *m,
         struct kk_error ignored;
         if (!backend_vulkan_new(-1, m, out, &ignored))
             return 0;
-        return backend_cpu_new(p->n_threads, out, err);
+        return backend_cpu_new(p->n_threads, m, out, err);
     }
     default:
-        return backend_cpu_new(p->n_threads, out, err);
+        return backend_cpu_new(p->n_threads, m, out, err);
     }
 }
 
@@ -48,6 +48,12 @@ const char *backend_name(const struct backend *be)
 int backend_threads(const struct backend *be)
 {
     return be->ops->threads(be);
+}
+
+void backend_share_threads(struct backend *be, struct backend *lender)
+{
+    if (be->ops->share_threads && (!lender || lender->ops == be->ops))
+        be->ops->share_threads(be, lender);
 }
 
 int backend_reserve(struct backend *be, int max_tokens, int64_t max_cols,

@@ -60,6 +60,14 @@ void backend_free(struct backend *be);
 const char *backend_name(const struct backend *be);
 int backend_threads(const struct backend *be);
 
+/* Lets be run its passes on lender's worker threads, until called again
+ * with lender NULL. A draft and its target take turns on one engine
+ * thread; with a pool each, the idle pool's workers would still be
+ * spinning for work while the other pool's run, and fight them for the
+ * cores. Only between CPU backends of the same thread count (otherwise
+ * nothing changes); the lender must outlive the sharing. */
+void backend_share_threads(struct backend *be, struct backend *lender);
+
 /* Makes room for passes of up to max_tokens rows over matrices of up to
  * max_cols columns, attending over up to n_ctx positions with heads of
  * head_dim, `group` query heads sharing each key/value head. May be called

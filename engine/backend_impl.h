@@ -15,6 +15,8 @@ struct backend_ops {
     void (*free)(struct backend *be);
     const char *(*name)(const struct backend *be);
     int (*threads)(const struct backend *be);
+    /* NULL where a backend has no threads to share */
+    void (*share_threads)(struct backend *be, struct backend *lender);
     int (*reserve)(struct backend *be, int max_tokens, int64_t max_cols,
                    int n_ctx, int head_dim, int group, struct kk_error *err);
     int (*bind_kv)(struct backend *be, struct kv_cache *kv,
@@ -82,8 +84,8 @@ struct backend {
     const struct backend_ops *ops;
 };
 
-int backend_cpu_new(int n_threads, struct backend **out,
-                    struct kk_error *err);
+int backend_cpu_new(int n_threads, const struct model *m,
+                    struct backend **out, struct kk_error *err);
 int backend_vulkan_new(int device, const struct model *m,
                        struct backend **out, struct kk_error *err);
 

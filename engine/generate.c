@@ -21,6 +21,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "backend.h"
 #include "error.h"
 #include "kv.h"
 #include "model.h"
@@ -294,6 +295,10 @@ static int generation_init(struct generation *g, struct kk_session *s,
     if (p->draft && p->draft->model->m->hp.n_vocab != g->n_vocab)
         return kk_fail(err, "the draft model's vocabulary differs from the "
                             "target's");
+    /* The draft and the target take turns: one set of workers serves both
+     * (undone in generation_free). */
+    if (p->draft)
+        backend_share_threads(p->draft->be, s->be);
     size_t v = (size_t)g->n_vocab;
     g->probs = malloc(v * sizeof(float));
     g->resid = malloc(v * sizeof(float));
@@ -309,6 +314,8 @@ static int generation_init(struct generation *g, struct kk_session *s,
 
 static void generation_free(struct generation *g)
 {
+    if (g->p->draft)
+        backend_share_threads(g->p->draft->be, NULL);
     free(g->probs);
     free(g->resid);
     free(g->scratch);

@@ -6,6 +6,7 @@
  * is xorshift64* seeded through splitmix64, so a seed reproduces a run. */
 #include "sample.h"
 
+#include <immintrin.h>
 #include <math.h>
 #include <stdlib.h>
 
@@ -28,13 +29,58 @@ double sample_uniform(uint64_t *s)
     return (double)((x * 0x2545f4914f6cdd1dull) >> 11) * 0x1.0p-53;
 }
 
-int32_t sample_argmax(const float *logits, int32_t n)
+/* The first index of the largest value, as a scan that keeps the first of
+ * equal values. NaNs never compare greater, so an array with one is
+ * scanned one by one; otherwise the maximum comes from 8-lane vectors and
+ * then its first position (greedy decoding calls this once per committed
+ * token and once per draft token: over a whole vocabulary the scalar scan
+ * cost as much as a draft model's attention). */
+static int32_t argmax_scan(const float *x, int32_t n)
 {
     int32_t best = 0;
     for (int32_t i = 1; i < n; i++)
-        if (logits[i] > logits[best])
+        if (x[i] > x[best])
             best = i;
     return best;
+}
+
+int32_t sample_argmax(const float *logits, int32_t n)
+{
+    __m256 m[4], bad = _mm256_setzero_ps();
+    for (int k = 0; k < 4; k++)
+        m[k] = _mm256_set1_ps(-INFINITY);
+    int32_t i = 0;
+    for (; i + 32 <= n; i += 32) {
+        for (int k = 0; k < 4; k++) {
+            __m256 x = _mm256_loadu_ps(logits + i + 8 * k);
+            m[k] = _mm256_max_ps(m[k], x);
+            bad = _mm256_or_ps(bad, _mm256_cmp_ps(x, x, _CMP_UNORD_Q));
+        }
+    }
+    if (_mm256_movemask_ps(bad))
+        return argmax_scan(logits, n);
+    __m256 v = _mm256_max_ps(_mm256_max_ps(m[0], m[1]),
+                             _mm256_max_ps(m[2], m[3]));
+    float lanes[8], max = -INFINITY;
+    _mm256_storeu_ps(lanes, v);
+    for (int k = 0; k < 8; k++)
+        max = lanes[k] > max ? lanes[k] : max;
+    for (int32_t t = i; t < n; t++) {
+        if (logits[t] != logits[t])
+            return argmax_scan(logits, n);
+        max = logits[t] > max ? logits[t] : max;
+    }
+    const __m256 mv = _mm256_set1_ps(max);
+    for (int32_t j = 0; j + 8 <= n; j += 8) {
+        int hit = _mm256_movemask_ps(_mm256_cmp_ps(_mm256_loadu_ps(logits + j),
+                                                   mv, _CMP_EQ_OQ));
+        if (hit)
+            return j + __builtin_ctz((unsigned)hit);
+    }
+    for (int32_t t = n / 8 * 8; t < n; t++)
+        if (logits[t] == max)
+            return t;
+    return 0;
 }
 
 static int cmp_prob_desc(const void *a, const void *b, void *probs)

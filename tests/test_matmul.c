@@ -310,6 +310,67 @@ static void test_avx512_result_of_a_token_does_not_depend_on_batch_or_split(void
     check_batch_and_split_independence(matmul_rows_avx512, "avx512");
 }
 
+/* ---- AMX ---- */
+
+/* The AMX kernel on packed Q8_0 weights gives the AVX-512 kernel's result
+ * to the bit, for every batch size and row split (the engine picks either
+ * per batch, so verify and decode must still agree). Shapes: a partial
+ * tile of blocks (6, 12), whole tiles (32), a tile and a half (27); rows
+ * not a multiple of the 16-row group. */
+static void test_amx_equals_avx512_to_the_bit(void **state)
+{
+    (void)state;
+    if (!matmul_has_amx())
+        skip();
+    const int64_t cols[] = {32 * 6, 32 * 12, 32 * 27, 32 * 32};
+    const int64_t rows = 45;
+    const int counts[] = {1, 2, 5, 16, 17, 31, 32, 33, 70};
+    for (size_t ci = 0; ci < sizeof cols / sizeof cols[0]; ci++) {
+        const int64_t n = cols[ci];
+        size_t rb = dtype_row_bytes(KK_Q8_0, (uint64_t)n);
+        uint8_t *w = malloc(rb * (size_t)rows);
+        float *row = malloc((size_t)n * sizeof(float));
+        void *packed = aligned_alloc(64, matmul_amx_packed_bytes(rows, n));
+        assert_true(w && row && packed);
+        uint64_t seed = 77 + (uint64_t)n;
+        for (int64_t r = 0; r < rows; r++) {
+            for (int64_t i = 0; i < n; i++)
+                row[i] = random_float(&seed) * (float)(1 + r % 5);
+            quantize_row(KK_Q8_0, row, w + rb * (size_t)r, n);
+        }
+        matmul_amx_pack(w, rows, n, packed);
+        for (size_t k = 0; k < sizeof counts / sizeof counts[0]; k++) {
+            const int nt = counts[k];
+            float *x = make_activations(n, nt, 5 + (uint64_t)nt);
+            void *prep = malloc(matmul_prepared_bytes(KK_Q8_0, n, nt));
+            float *want = malloc(sizeof(float) * (size_t)(rows * nt));
+            float *got = malloc(sizeof(float) * (size_t)(rows * nt));
+            assert_true(prep && want && got);
+            struct matmul_input in;
+            matmul_prepare(KK_Q8_0, x, n, nt, prep, &in);
+            matmul_rows_avx512(KK_Q8_0, w, &in, want, rows, 0, rows);
+            /* prepared for AMX alone: without the AVX-512 tiled copy */
+            memset(prep, 0x5a, matmul_prepared_bytes(KK_Q8_0, n, nt));
+            matmul_prepare_for(KK_Q8_0, x, n, nt, true, prep, &in);
+            memset(got, 0xff, sizeof(float) * (size_t)(rows * nt));
+            const int64_t cuts[] = {0, 8, 16, 21, 45};
+            for (int c = 0; c + 1 < 5; c++)
+                matmul_rows_amx(packed, &in, got, rows, rows, cuts[c],
+                                cuts[c + 1]);
+            if (memcmp(want, got, sizeof(float) * (size_t)(rows * nt)))
+                fail_msg("amx differs from avx512: %lld columns, %d tokens",
+                         (long long)n, nt);
+            free(x);
+            free(prep);
+            free(want);
+            free(got);
+        }
+        free(w);
+        free(row);
+        free(packed);
+    }
+}
+
 /* ---- preparation ---- */
 
 static void test_prepare_q8_0_rounds_half_to_even_with_f16_scale(void **state)
@@ -429,6 +490,7 @@ int main(void)
         cmocka_unit_test(test_dispatched_kernel_matches_reference),
         cmocka_unit_test(test_avx2_result_of_a_token_does_not_depend_on_batch_or_split),
         cmocka_unit_test(test_avx512_result_of_a_token_does_not_depend_on_batch_or_split),
+        cmocka_unit_test(test_amx_equals_avx512_to_the_bit),
         cmocka_unit_test(test_prepared_vectors_start_on_a_cache_line),
         cmocka_unit_test(test_kernel_name_names_the_dispatched_family),
     };

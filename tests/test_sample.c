@@ -18,6 +18,36 @@ static void test_greedy_picks_argmax_and_lowest_id_on_ties(void **state)
     assert_int_equal(kk_sample(&greedy, &rng, logits, 6, scratch), 1);
 }
 
+/* Greedy over a whole vocabulary (the vectorised scan): the first of equal
+ * maxima wherever it falls (vector body or tail), -0 and +0 as equal, and
+ * a NaN never chosen over a number after it. */
+static void test_greedy_over_a_vocabulary_keeps_scan_semantics(void **state)
+{
+    enum { N = 1003 };
+    static float logits[N];
+    float *scratch = malloc(2 * N * sizeof(float));
+    struct kk_sampling greedy = {.temperature = 0.0f, .top_p = 1.0f};
+    uint64_t rng = kk_rng_seed(1);
+    const int spots[][2] = {{5, 700}, {999, 1001}, {0, 31}, {40, 41}};
+    for (size_t k = 0; k < sizeof spots / sizeof spots[0]; k++) {
+        for (int i = 0; i < N; i++)
+            logits[i] = sinf((float)i) - 2.0f;
+        logits[spots[k][0]] = logits[spots[k][1]] = 3.0f;
+        assert_int_equal(kk_sample(&greedy, &rng, logits, N, scratch),
+                         spots[k][0]);
+    }
+    for (int i = 0; i < N; i++)
+        logits[i] = -1.0f;
+    logits[10] = -0.0f;
+    logits[900] = 0.0f;
+    assert_int_equal(kk_sample(&greedy, &rng, logits, N, scratch), 10);
+    logits[3] = NAN;
+    assert_int_equal(kk_sample(&greedy, &rng, logits, N, scratch), 10);
+    logits[0] = NAN;
+    assert_int_equal(kk_sample(&greedy, &rng, logits, N, scratch), 0);
+    free(scratch);
+}
+
 static void test_same_seed_same_tokens(void **state)
 {
     float logits[50];
@@ -77,6 +107,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_greedy_picks_argmax_and_lowest_id_on_ties),
+        cmocka_unit_test(test_greedy_over_a_vocabulary_keeps_scan_semantics),
         cmocka_unit_test(test_same_seed_same_tokens),
         cmocka_unit_test(test_sampling_follows_softmax),
         cmocka_unit_test(test_top_p_excludes_the_tail),

@@ -5,7 +5,9 @@
  * the tile's queries and the query heads of the group (GQA). Scores come
  * eight keys at a time (dot8), weighted values accumulate in registers over
  * the keys of the chunk (weighted_sum); neither depends on which other keys
- * or queries share the block. */
+ * or queries share the block. Where the CPU has AVX-512, the same sums run
+ * on 16 lanes for up to four query heads at once (attention_avx512.c), to
+ * the bit the same results. */
 #include "attention.h"
 
 #include <immintrin.h>
@@ -14,6 +16,7 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "attention_avx512.h"
 #include "kv.h"
 #include "simd_math.h"
 #include "threadpool.h"
@@ -52,27 +55,57 @@ size_t attention_partial_floats(int n, int n_head, int head_dim, int n_ctx)
 
 /* q · k for the 8 keys kb[0..7] (rows of d floats). Each key's products
  * are summed lane-wise over d, then its 8 lanes pairwise, the same way for
- * every key of the block. */
-static __m256 dot8(const float *q, const float *kb, int d)
+ * every key of the block. In two halves of four keys (dot4_fold), so that
+ * two query heads can share each key load (dot8x2). */
+
+/* Lane sums of q · k for the 4 keys kb[0..3], after the first two hadd
+ * steps of the 8-key fold (dot8_finish does the rest). */
+static inline __m256 dot4_fold(const float *q, const float *kb, int d)
 {
-    __m256 a[8];
-#pragma GCC unroll 8
-    for (int k = 0; k < 8; k++)
+    __m256 a[4];
+#pragma GCC unroll 4
+    for (int k = 0; k < 4; k++)
         a[k] = _mm256_setzero_ps();
-    int i = 0;
-    for (; i + 8 <= d; i += 8) {
+    for (int i = 0; i + 8 <= d; i += 8) {
         __m256 qv = _mm256_loadu_ps(q + i);
-#pragma GCC unroll 8
-        for (int k = 0; k < 8; k++)
+#pragma GCC unroll 4
+        for (int k = 0; k < 4; k++)
             a[k] = _mm256_fmadd_ps(qv, _mm256_loadu_ps(kb + (size_t)k * d + i),
                                    a[k]);
     }
-    __m256 u0 = _mm256_hadd_ps(_mm256_hadd_ps(a[0], a[1]),
-                               _mm256_hadd_ps(a[2], a[3]));
-    __m256 u1 = _mm256_hadd_ps(_mm256_hadd_ps(a[4], a[5]),
-                               _mm256_hadd_ps(a[6], a[7]));
+    return _mm256_hadd_ps(_mm256_hadd_ps(a[0], a[1]),
+                          _mm256_hadd_ps(a[2], a[3]));
+}
+
+/* dot4_fold for two queries over the same keys, each key loaded once. */
+static inline void dot4_fold2(const float *qa, const float *qb,
+                              const float *kb, int d, __m256 *ua, __m256 *ub)
+{
+    __m256 a[4], b[4];
+#pragma GCC unroll 4
+    for (int k = 0; k < 4; k++)
+        a[k] = b[k] = _mm256_setzero_ps();
+    for (int i = 0; i + 8 <= d; i += 8) {
+        __m256 qva = _mm256_loadu_ps(qa + i), qvb = _mm256_loadu_ps(qb + i);
+#pragma GCC unroll 4
+        for (int k = 0; k < 4; k++) {
+            __m256 kv = _mm256_loadu_ps(kb + (size_t)k * d + i);
+            a[k] = _mm256_fmadd_ps(qva, kv, a[k]);
+            b[k] = _mm256_fmadd_ps(qvb, kv, b[k]);
+        }
+    }
+    *ua = _mm256_hadd_ps(_mm256_hadd_ps(a[0], a[1]), _mm256_hadd_ps(a[2], a[3]));
+    *ub = _mm256_hadd_ps(_mm256_hadd_ps(b[0], b[1]), _mm256_hadd_ps(b[2], b[3]));
+}
+
+/* The 8 dot products from the folds of keys 0-3 (u0) and 4-7 (u1), with
+ * the columns past the last multiple of 8 added last. */
+static inline __m256 dot8_finish(__m256 u0, __m256 u1, const float *q,
+                                 const float *kb, int d)
+{
     __m256 s = _mm256_add_ps(_mm256_permute2f128_ps(u0, u1, 0x20),
                              _mm256_permute2f128_ps(u0, u1, 0x31));
+    int i = d / 8 * 8;
     if (i < d) { /* head widths that are not a multiple of 8 */
         float tail[8];
         for (int k = 0; k < 8; k++) {
@@ -85,12 +118,47 @@ static __m256 dot8(const float *q, const float *kb, int d)
     return s;
 }
 
+static __m256 dot8(const float *q, const float *kb, int d)
+{
+    return dot8_finish(dot4_fold(q, kb, d), dot4_fold(q, kb + 4 * (size_t)d, d),
+                       q, kb, d);
+}
+
+/* dot8 for two queries. */
+static void dot8x2(const float *qa, const float *qb, const float *kb, int d,
+                   __m256 *sa, __m256 *sb)
+{
+    __m256 ua0, ub0, ua1, ub1;
+    dot4_fold2(qa, qb, kb, d, &ua0, &ub0);
+    dot4_fold2(qa, qb, kb + 4 * (size_t)d, d, &ua1, &ub1);
+    *sa = dot8_finish(ua0, ua1, qa, kb, d);
+    *sb = dot8_finish(ub0, ub1, qb, kb, d);
+}
+
 /* o[0..d) += sum over k in [k0, k1) of w[k] * vb[k][0..d), in key order,
  * with the running sums in registers. */
 static void weighted_sum(float *o, const float *w, const float *vb, int k0,
                          int k1, int d)
 {
     int i = 0;
+    /* 64 columns at once: eight independent sums hide the FMA latency
+     * (with four, a key's FMAs waited on the previous key's) */
+    for (; i + 64 <= d; i += 64) {
+        __m256 a[8];
+#pragma GCC unroll 8
+        for (int j = 0; j < 8; j++)
+            a[j] = _mm256_loadu_ps(o + i + 8 * j);
+        for (int k = k0; k < k1; k++) {
+            const float *v = vb + (size_t)k * d + i;
+            __m256 wk = _mm256_broadcast_ss(w + k);
+#pragma GCC unroll 8
+            for (int j = 0; j < 8; j++)
+                a[j] = _mm256_fmadd_ps(wk, _mm256_loadu_ps(v + 8 * j), a[j]);
+        }
+#pragma GCC unroll 8
+        for (int j = 0; j < 8; j++)
+            _mm256_storeu_ps(o + i + 8 * j, a[j]);
+    }
     for (; i + 32 <= d; i += 32) {
         __m256 a0 = _mm256_loadu_ps(o + i), a1 = _mm256_loadu_ps(o + i + 8);
         __m256 a2 = _mm256_loadu_ps(o + i + 16), a3 = _mm256_loadu_ps(o + i + 24);
@@ -177,6 +245,7 @@ struct task_ctx {
     const struct attention_args *a;
     const struct attention_scratch *sc;
     int group, n_tiles, c_first, n_chunks; /* chunks of a parallel step */
+    bool is_wide;          /* the AVX-512 loops (attention_avx512.h) */
 };
 
 /* Where the partial of (row r, head h) of a chunk goes: base + r * row +
@@ -232,36 +301,109 @@ static float hmax256(__m256 v)
     return _mm_cvtss_f32(m);
 }
 
-/* Scores of one query head over slots [b0, b1) into s (by slot), then
- * e^(s - m) for the slots the row sees (both spans relative to c0) and 0
- * elsewhere. Writes m and l into part; m = -inf when it sees none. */
-static void chunk_scores(const float *q, const float *kbuf, int d, float scale,
-                         int c0, struct span sink, struct span win, int b0,
-                         int b1, float *s, float *part)
+/* One query head's view of a chunk: its query, the positions it sees,
+ * where its scores and partial go. */
+struct head_view {
+    const float *q;
+    struct span sink, win;
+    float *s, *part;
+};
+
+/* Scaled scores of 8 keys at slot k, -inf where the head does not look;
+ * stored into v->s and folded into the running maximum. */
+static inline void store_scores(const struct head_view *v, int c0, int k,
+                                __m256 dots, float scale, __m256 *mv)
 {
-    const __m256 vscale = _mm256_set1_ps(scale), ninf = _mm256_set1_ps(-INFINITY);
-    __m256 mv = ninf;
-    for (int k = b0; k < b1; k += 8) {
-        __m256 x = _mm256_mul_ps(dot8(q, kbuf + (size_t)k * d, d), vscale);
-        x = _mm256_blendv_ps(ninf, x, seen8(c0 + k, sink, win));
-        _mm256_storeu_ps(s + k, x);
-        mv = _mm256_max_ps(mv, x);
-    }
+    const __m256 ninf = _mm256_set1_ps(-INFINITY);
+    __m256 x = _mm256_mul_ps(dots, _mm256_set1_ps(scale));
+    x = _mm256_blendv_ps(ninf, x, seen8(c0 + k, v->sink, v->win));
+    _mm256_storeu_ps(v->s + k, x);
+    *mv = _mm256_max_ps(*mv, x);
+}
+
+/* From the scores over slots [b0, b1) and their maximum: e^(s - m) for
+ * the slots the head sees and 0 elsewhere. Writes m and l into the
+ * partial; m = -inf when it sees none. */
+static void exp_scores(const struct head_view *v, int b0, int b1, __m256 mv)
+{
+    const __m256 ninf = _mm256_set1_ps(-INFINITY);
     float m = hmax256(mv);
-    part[PART_M] = m;
-    part[PART_L] = 0.0f;
+    v->part[PART_M] = m;
+    v->part[PART_L] = 0.0f;
     if (m == -INFINITY)
         return;
     mv = _mm256_set1_ps(m);
     __m256 sum = _mm256_setzero_ps();
     for (int k = b0; k < b1; k += 8) {
-        __m256 x = _mm256_loadu_ps(s + k);
+        __m256 x = _mm256_loadu_ps(v->s + k);
         __m256 e = exp256(_mm256_sub_ps(x, mv));
         e = _mm256_and_ps(e, _mm256_cmp_ps(x, ninf, _CMP_NEQ_OQ));
-        _mm256_storeu_ps(s + k, e);
+        _mm256_storeu_ps(v->s + k, e);
         sum = _mm256_add_ps(sum, e);
     }
-    part[PART_L] = hsum256(sum);
+    v->part[PART_L] = hsum256(sum);
+}
+
+/* Scores and their exponentials for one query head over slots [b0, b1)
+ * of the chunk starting at c0 (keys in kbuf, by slot). */
+static void chunk_scores(const struct head_view *v, const float *kbuf, int d,
+                         float scale, int c0, int b0, int b1)
+{
+    __m256 mv = _mm256_set1_ps(-INFINITY);
+    for (int k = b0; k < b1; k += 8)
+        store_scores(v, c0, k, dot8(v->q, kbuf + (size_t)k * d, d), scale, &mv);
+    exp_scores(v, b0, b1, mv);
+}
+
+/* chunk_scores for two query heads at once, each key loaded once for
+ * both; each head's arithmetic is chunk_scores' own. */
+static void chunk_scores2(const struct head_view *va,
+                          const struct head_view *vb, const float *kbuf,
+                          int d, float scale, int c0, int b0, int b1)
+{
+    __m256 ma = _mm256_set1_ps(-INFINITY), mb = ma;
+    for (int k = b0; k < b1; k += 8) {
+        __m256 sa, sb;
+        dot8x2(va->q, vb->q, kbuf + (size_t)k * d, d, &sa, &sb);
+        store_scores(va, c0, k, sa, scale, &ma);
+        store_scores(vb, c0, k, sb, scale, &mb);
+    }
+    exp_scores(va, b0, b1, ma);
+    exp_scores(vb, b0, b1, mb);
+}
+
+/* Query head i of tile T (row i / G, head i % G of kv head g's group). */
+static struct head_view head_view_of(const struct attention_args *a,
+                                     const struct tile *T, int g, int G,
+                                     int i, float *s, struct part_layout pl)
+{
+    int r = i / G, h = i % G;
+    return (struct head_view){
+        .q = a->q + ((int64_t)(T->t0 + r) * a->n_head + (int64_t)g * G + h) *
+                        a->head_dim,
+        .sink = T->sink[r], .win = T->win[r],
+        .s = s + (size_t)i * ATTN_CHUNK,
+        .part = pl.base + r * pl.row + h * pl.head,
+    };
+}
+
+/* chunk_scores for n query heads, the dot products on 512-bit vectors. */
+static void wide_scores(const struct head_view *v, int n, const float *kbuf,
+                        int d, float scale, int c0, int b0, int b1)
+{
+    const float *q[ATTN512_HEADS];
+    float *dots[ATTN512_HEADS];
+    for (int k = 0; k < n; k++) {
+        q[k] = v[k].q;
+        dots[k] = v[k].s;
+    }
+    attn512_dots(q, n, kbuf, d, b0, b1, dots);
+    for (int k = 0; k < n; k++) {
+        __m256 mv = _mm256_set1_ps(-INFINITY);
+        for (int b = b0; b < b1; b += 8)
+            store_scores(&v[k], c0, b, _mm256_loadu_ps(v[k].s + b), scale, &mv);
+        exp_scores(&v[k], b0, b1, mv);
+    }
 }
 
 /* The partials of tile T, kv head g, over chunk c. */
@@ -286,26 +428,47 @@ static void chunk_partial(const struct task_ctx *x, const struct tile *T,
     float *kbuf = scratch, *vbuf = kbuf + (size_t)ATTN_CHUNK * d;
     float *s = vbuf + (size_t)ATTN_CHUNK * d;
     load_rows(a, false, g, c0, spans, b0, b1, kbuf);
-    for (int r = 0; r < T->nt; r++) {
-        const float *qr = a->q + ((int64_t)(T->t0 + r) * a->n_head +
-                                  (int64_t)g * G) * d;
-        for (int h = 0; h < G; h++)
-            chunk_scores(qr + h * d, kbuf, d, a->scale, c0, T->sink[r],
-                         T->win[r], b0, b1, s + (size_t)(r * G + h) * ATTN_CHUNK,
-                         pl.base + r * pl.row + h * pl.head);
+    /* the tile's query heads (row r, head h at r * G + h), a few at once */
+    const int n_views = T->nt * G, step = x->is_wide ? ATTN512_HEADS : 2;
+    for (int i = 0; i < n_views; i += step) {
+        struct head_view v[ATTN512_HEADS];
+        int n = n_views - i < step ? n_views - i : step;
+        for (int k = 0; k < n; k++)
+            v[k] = head_view_of(a, T, g, G, i + k, s, pl);
+        if (x->is_wide)
+            wide_scores(v, n, kbuf, d, a->scale, c0, b0, b1);
+        else if (n == 2)
+            chunk_scores2(&v[0], &v[1], kbuf, d, a->scale, c0, b0, b1);
+        else
+            chunk_scores(&v[0], kbuf, d, a->scale, c0, b0, b1);
     }
     load_rows(a, true, g, c0, spans, b0, b1, vbuf);
     for (int r = 0; r < T->nt; r++) {
         struct span sk = span_and(T->sink[r], chunk), wk = span_and(T->win[r], chunk);
+        float *o[ATTN512_HEADS];
+        const float *e[ATTN512_HEADS];
+        int n = 0;
         for (int h = 0; h < G; h++) {
             float *part = pl.base + r * pl.row + h * pl.head;
             if (part[PART_M] == -INFINITY)
                 continue;
-            const float *e = s + (size_t)(r * G + h) * ATTN_CHUNK;
-            float *o = part + PART_O;
-            memset(o, 0, (size_t)d * sizeof(float));
-            weighted_sum(o, e, vbuf, sk.lo - c0, sk.hi - c0, d);
-            weighted_sum(o, e, vbuf, wk.lo - c0, wk.hi - c0, d);
+            e[n] = s + (size_t)(r * G + h) * ATTN_CHUNK;
+            o[n] = part + PART_O;
+            memset(o[n], 0, (size_t)d * sizeof(float));
+            if (!x->is_wide) {
+                weighted_sum(o[n], e[n], vbuf, sk.lo - c0, sk.hi - c0, d);
+                weighted_sum(o[n], e[n], vbuf, wk.lo - c0, wk.hi - c0, d);
+                continue;
+            }
+            if (++n == ATTN512_HEADS || h == G - 1) {
+                attn512_weighted_sums(o, e, n, vbuf, sk.lo - c0, sk.hi - c0, d);
+                attn512_weighted_sums(o, e, n, vbuf, wk.lo - c0, wk.hi - c0, d);
+                n = 0;
+            }
+        }
+        if (n > 0) {
+            attn512_weighted_sums(o, e, n, vbuf, sk.lo - c0, sk.hi - c0, d);
+            attn512_weighted_sums(o, e, n, vbuf, wk.lo - c0, wk.hi - c0, d);
         }
     }
 }
@@ -352,6 +515,13 @@ static void fold_finish(const float *st, float *out, int d)
 static float *out_row(const struct attention_args *a, int t, int head)
 {
     return a->out + ((int64_t)t * a->n_head + head) * a->head_dim;
+}
+
+/* AVX-512 F and DQ, which attention_avx512.c is built for. */
+static bool has_avx512(void)
+{
+    return __builtin_cpu_supports("avx512f") &&
+           __builtin_cpu_supports("avx512dq");
 }
 
 /* ---- tasks ---- */
@@ -435,7 +605,8 @@ static void fold_task(void *ctx, int i, int thread)
 void attention_run(struct pool *pool, const struct attention_scratch *sc,
                    const struct attention_args *a)
 {
-    struct task_ctx x = {.a = a, .sc = sc, .group = a->n_head / a->n_head_kv};
+    struct task_ctx x = {.a = a, .sc = sc, .group = a->n_head / a->n_head_kv,
+                         .is_wide = a->head_dim % 16 == 0 && has_avx512()};
     x.n_tiles = (a->n + ATTN_TILE - 1) / ATTN_TILE;
     const int tasks = x.n_tiles * a->n_head_kv;
     /* Chunks any query of the step sees (the first tile starts earliest). */

@@ -26,6 +26,7 @@
 #include "quant.h"
 #include "simd_math.h"
 #include "threadpool.h"
+#include "weight_packs.h"
 
 /* F32 weights with batches at least this large go through OpenBLAS sgemm:
  * compute-bound, where BLAS's register blocking wins. Everything else
@@ -42,27 +43,55 @@ enum { SGEMM_MIN_TOKENS = 32, SGEMM_TILE_ROWS = 64 };
  * microsecond or so of each other. At most MATMUL_TASKS_MAX ranges. */
 enum { MATMUL_TAIL_BYTES = 24 * 1024, MATMUL_TASKS_MAX = 64 };
 
+/* Matrices up to MATMUL_EVEN_BYTES go to the threads in equal parts
+ * instead, one range each: long runs stream better than a dozen pieces,
+ * and as the calling thread claims the first part and the worker the
+ * next, each core meets the same rows again in its own L2 on the next
+ * call (how a draft model's weights stay in cache between its tokens).
+ * Below MATMUL_INLINE_BYTES the calling thread does it all: handing half
+ * to a worker costs more than it saves. */
+enum { MATMUL_EVEN_BYTES = 2 << 20, MATMUL_INLINE_BYTES = 64 * 1024 };
+
+/* Which batches multiply packed weights with AMX tiles (matmul.h): all,
+ * when the model's packed weights are at most AMX_CACHED_BYTES and stay
+ * in the caches from token to token. A larger model streams from DRAM,
+ * where the row kernels' interleaved row streams keep more reads in flight
+ * than one stream of tiles, and the tiles win only once a batch has enough
+ * tokens to be compute-bound (SmolLM2-360M: one token 30 tok/s on the row
+ * kernels, 25 on tiles; the two break even at 5-6 tokens). */
+enum { AMX_CACHED_BYTES = 64 << 20, AMX_STREAMED_MIN_TOKENS = 6 };
+
 /* Chunk partials attention may keep for a step it spreads over the
  * threads (attention.h): 4 MiB, enough for a 17-token verify of a
  * 15-head model at 1,000 positions; larger steps run one task per tile. */
 enum { ATTN_PARTIAL_FLOATS = 1 << 20 };
 
-/* Distinct RoPE tables one pass may use (gemma3 has two bases). */
+/* Distinct RoPE bases a backend keeps angles for (gemma3 has two). */
 enum { MAX_ROPE_TABLES = 4 };
 
-/* The angles of this pass's positions for one base (rope_angles' layout:
- * cos, sin per pair, n_rot floats per position), made on first use: every
- * layer turns q and k by the same angles. */
+/* RoPE angles are kept for every position of the context when that costs
+ * at most this much (all tables together); otherwise each rope call
+ * computes its positions' angles. */
+enum { ROPE_CACHE_BYTES = 16 << 20 };
+
+/* The angles of positions 0 .. n_cached-1 for one base (rope_angles'
+ * layout: cos, sin per pair, n_rot floats per position), computed as
+ * positions are first reached: every layer of every pass turns q and k by
+ * the same angles, and a position's angles never change. */
 struct rope_table {
     float base;
     int n_rot;
-    float *cs;             /* max_tokens * head_dim floats */
+    int n_cached;
+    float *cs;             /* rope_positions * head_dim floats */
 };
 
 struct cpu_backend {
     struct backend base;   /* first: a struct backend * points here */
-    struct pool *pool;
+    struct pool *pool;     /* own_pool, or a lender's (backend_share_threads) */
+    struct pool *own_pool;
     int n_threads;
+    struct weight_packs *packs; /* AMX copies of the model's matrices */
+    int amx_min_tokens;    /* batches this large use them */
     void *prep;            /* prepared activations of the current matmul */
     size_t prep_bytes;
     struct matmul_input prep_in; /* what prep holds */
@@ -73,8 +102,10 @@ struct cpu_backend {
     int group;             /* query heads per key/value head */
     int max_tokens;
     struct rope_table rope[MAX_ROPE_TABLES];
-    size_t rope_floats;    /* capacity of each table */
-    int n_rope;            /* tables filled in this pass */
+    int rope_positions;    /* capacity of each table, in positions */
+    int n_rope;            /* tables in use */
+    float *rope_call;      /* max_tokens * head_dim: angles of one call
+                              when its positions are not in the tables */
     /* GELU as ggml looks it up: fp16(gelu(h)) for every fp16 h (one entry
      * more, so a 32-bit gather of the last stays inside); made on first
      * use. */
@@ -88,7 +119,8 @@ static struct cpu_backend *cpu(struct backend *be)
     return (struct cpu_backend *)be;
 }
 
-int backend_cpu_new(int n_threads, struct backend **out, struct kk_error *err)
+int backend_cpu_new(int n_threads, const struct model *m,
+                    struct backend **out, struct kk_error *err)
 {
     *out = NULL;
     struct cpu_backend *be = calloc(1, sizeof *be);
@@ -100,6 +132,14 @@ int backend_cpu_new(int n_threads, struct backend **out, struct kk_error *err)
         return -1;
     }
     be->n_threads = pool_threads(be->pool);
+    be->own_pool = be->pool;
+    if (packs_new(m, &be->packs, err)) {
+        pool_free(be->pool);
+        free(be);
+        return -1;
+    }
+    be->amx_min_tokens = packs_bytes(be->packs) <= AMX_CACHED_BYTES
+                             ? 1 : AMX_STREAMED_MIN_TOKENS;
     /* Our pool already runs one sgemm per thread on disjoint tiles. */
     openblas_set_num_threads(1);
     *out = &be->base;
@@ -109,12 +149,14 @@ int backend_cpu_new(int n_threads, struct backend **out, struct kk_error *err)
 static void cpu_free(struct backend *base)
 {
     struct cpu_backend *be = cpu(base);
-    pool_free(be->pool);
+    pool_free(be->own_pool);
+    packs_free(be->packs);
     free(be->prep);
     free(be->attn.per_thread);
     free(be->attn.partials);
     for (int i = 0; i < MAX_ROPE_TABLES; i++)
         free(be->rope[i].cs);
+    free(be->rope_call);
     free(be->gelu_table);
     free(be);
 }
@@ -130,6 +172,14 @@ static int cpu_threads(const struct backend *be)
     return ((const struct cpu_backend *)be)->n_threads;
 }
 
+/* Same thread count: the per-thread scratch stays the right size. */
+static void cpu_share_threads(struct backend *base, struct backend *lender)
+{
+    struct cpu_backend *be = cpu(base);
+    be->pool = lender && cpu(lender)->n_threads == be->n_threads
+                   ? cpu(lender)->pool : be->own_pool;
+}
+
 static int grow(void **buf, size_t bytes, struct kk_error *err)
 {
     void *nb = realloc(*buf, bytes ? bytes : 1);
@@ -138,6 +188,23 @@ static int grow(void **buf, size_t bytes, struct kk_error *err)
                        bytes >> 20);
     *buf = nb;
     return 0;
+}
+
+/* The RoPE tables for the whole context when they fit ROPE_CACHE_BYTES,
+ * and the per-call table for max_tokens positions. */
+static int reserve_rope(struct cpu_backend *be, struct kk_error *err)
+{
+    size_t per_pos = (size_t)be->head_dim * sizeof(float);
+    int want = (size_t)be->n_ctx * per_pos * MAX_ROPE_TABLES <= ROPE_CACHE_BYTES
+                   ? be->n_ctx : 0;
+    if (want > be->rope_positions) {
+        for (int k = 0; k < MAX_ROPE_TABLES; k++)
+            if (grow((void **)&be->rope[k].cs, (size_t)want * per_pos, err))
+                return -1;
+        be->rope_positions = want;
+    }
+    return grow((void **)&be->rope_call, (size_t)be->max_tokens * per_pos,
+                err);
 }
 
 static int cpu_reserve(struct backend *base, int max_tokens, int64_t max_cols,
@@ -183,14 +250,7 @@ static int cpu_reserve(struct backend *base, int max_tokens, int64_t max_cols,
         be->head_dim = hd;
         be->group = grp;
     }
-    size_t rope = (size_t)be->max_tokens * (size_t)be->head_dim;
-    if (rope > be->rope_floats) {
-        for (int k = 0; k < MAX_ROPE_TABLES; k++)
-            if (grow((void **)&be->rope[k].cs, rope * sizeof(float), err))
-                return -1;
-        be->rope_floats = rope;
-    }
-    return 0;
+    return reserve_rope(be, err);
 }
 
 /* ---- matmul ---- */
@@ -206,6 +266,7 @@ struct matmul_job {
     int n;
     int parts;
     const struct weight *w[MATMUL_MAX_PARTS];
+    const void *packed[MATMUL_MAX_PARTS]; /* AMX copies, when used */
     float *y[MATMUL_MAX_PARTS];
     int64_t first_row[MATMUL_MAX_PARTS + 1];
     int64_t bounds[MATMUL_TASKS_MAX + 1]; /* task i: stacked rows
@@ -220,25 +281,40 @@ static void matmul_task(void *ctx, int i, int thread)
         int64_t r0 = j->bounds[i] > base ? j->bounds[i] : base;
         int64_t r1 = j->bounds[i + 1] < j->first_row[p + 1]
                          ? j->bounds[i + 1] : j->first_row[p + 1];
-        if (r0 < r1)
+        if (r0 >= r1)
+            continue;
+        if (j->packed[p])
+            matmul_rows_amx(j->packed[p], j->in, j->y[p], j->w[p]->n_rows,
+                            j->w[p]->n_rows, r0 - base, r1 - base);
+        else
             matmul_rows(j->w[p]->type, j->w[p]->data, j->in, j->y[p],
                         j->w[p]->n_rows, r0 - base, r1 - base);
     }
     (void)thread;
 }
 
-/* Fills bounds with shrinking row ranges (multiples of 8 rows, the
- * kernels' row block); returns how many. */
+/* Fills bounds with row ranges (multiples of `unit` rows, the kernel's
+ * row block: 8, or 16 for AMX): equal parts for a small matrix, else
+ * shrinking ranges; returns how many. */
 static int matmul_schedule(int64_t n_rows, size_t row_bytes, int n_threads,
-                           int64_t *bounds)
+                           int unit, int64_t *bounds)
 {
-    int64_t tail = MATMUL_TAIL_BYTES / (int64_t)row_bytes;
-    tail = tail < 8 ? 8 : (tail + 7) / 8 * 8;
     int k = 0;
     bounds[0] = 0;
+    const int64_t bytes = n_rows * (int64_t)row_bytes;
+    if (bytes <= MATMUL_EVEN_BYTES) {
+        int parts = bytes <= MATMUL_INLINE_BYTES ? 1 : n_threads;
+        int64_t part = (n_rows / parts + unit - 1) / unit * unit;
+        for (int64_t r = part; k + 1 < parts && r < n_rows; r += part)
+            bounds[++k] = r;
+        bounds[++k] = n_rows;
+        return k;
+    }
+    int64_t tail = MATMUL_TAIL_BYTES / (int64_t)row_bytes;
+    tail = tail < unit ? unit : (tail + unit - 1) / unit * unit;
     for (int64_t r = 0; r < n_rows;) {
         int64_t left = n_rows - r;
-        int64_t size = (left / (2 * n_threads) + 7) / 8 * 8;
+        int64_t size = (left / (2 * n_threads) + unit - 1) / unit * unit;
         size = size < tail ? tail : size;
         if (size > left || k == MATMUL_TASKS_MAX - 1)
             size = left;
@@ -251,11 +327,29 @@ static int matmul_schedule(int64_t n_rows, size_t row_bytes, int n_threads,
 /* x in the form w's kernels read (quantized like llama.cpp's activations),
  * in be->prep. */
 static const struct matmul_input *prepare_input(struct cpu_backend *be,
-                                                const struct weight *w,
+                                                const struct matmul_job *j,
                                                 const float *x, int n)
 {
-    matmul_prepare(w->type, x, w->n_cols, n, be->prep, &be->prep_in);
+    bool is_amx = true;
+    for (int p = 0; p < j->parts; p++)
+        is_amx = is_amx && j->packed[p];
+    matmul_prepare_for(j->w[0]->type, x, j->w[0]->n_cols, n, is_amx, be->prep,
+                       &be->prep_in);
     return &be->prep_in;
+}
+
+/* Points the job's parts at their AMX copies when the batch is worth it;
+ * returns the row block the schedule must keep to. */
+static int use_packs(const struct cpu_backend *be, struct matmul_job *j, int n)
+{
+    int unit = 8;
+    for (int p = 0; p < j->parts; p++) {
+        j->packed[p] = n >= be->amx_min_tokens
+                           ? packs_find(be->packs, j->w[p]) : NULL;
+        if (j->packed[p])
+            unit = 16;
+    }
+    return unit;
 }
 
 /* One tile of rows of an F32 matrix, multiplied with BLAS. */
@@ -283,9 +377,10 @@ static void matmul_one(struct cpu_backend *be, const struct weight *w,
         pool_run(be->pool, tiles, sgemm_task, &j);
         return;
     }
-    j.in = prepare_input(be, w, x, n);
+    int unit = use_packs(be, &j, n);
+    j.in = prepare_input(be, &j, x, n);
     pool_run(be->pool, matmul_schedule(w->n_rows, w->row_bytes, be->n_threads,
-                                       j.bounds),
+                                       unit, j.bounds),
              matmul_task, &j);
 }
 
@@ -318,9 +413,10 @@ static void cpu_matmul_multi(struct backend *base, int count,
         j.y[p] = yt[p]->data;
         j.first_row[p + 1] = j.first_row[p] + w[p]->n_rows;
     }
-    j.in = prepare_input(be, w[0], x, n);
+    int unit = use_packs(be, &j, n);
+    j.in = prepare_input(be, &j, x, n);
     pool_run(be->pool, matmul_schedule(j.first_row[count], w[0]->row_bytes,
-                                       be->n_threads, j.bounds),
+                                       be->n_threads, unit, j.bounds),
              matmul_task, &j);
 }
 
@@ -376,21 +472,75 @@ static void cpu_rmsnorm(struct backend *be, struct be_tensor *yt,
     }
 }
 
-/* The angle table of this pass for (base, n_rot), made on first use. */
+/* The angles of positions pos[0..n) for (base, n_rot), n_rot floats per
+ * position: from the backend's tables when the positions are consecutive
+ * and inside them, else computed into rope_call. */
 static const float *rope_table(struct cpu_backend *be, int n, int n_rot,
                                const int32_t *pos, float base)
 {
-    for (int i = 0; i < be->n_rope; i++)
+    bool is_run = pos[0] >= 0 && pos[n - 1] == pos[0] + n - 1 &&
+                  pos[n - 1] < be->rope_positions;
+    for (int t = 1; t < n && is_run; t++)
+        is_run = pos[t] == pos[t - 1] + 1;
+    struct rope_table *rt = NULL;
+    for (int i = 0; i < be->n_rope && !rt; i++)
         if (be->rope[i].base == base && be->rope[i].n_rot == n_rot)
-            return be->rope[i].cs;
-    /* More bases than tables: the last is made again (never seen). */
-    struct rope_table *rt = &be->rope[be->n_rope < MAX_ROPE_TABLES
-                                          ? be->n_rope++ : MAX_ROPE_TABLES - 1];
-    rt->base = base;
-    rt->n_rot = n_rot;
-    for (int t = 0; t < n; t++)
-        rope_angles(pos[t], n_rot, base, rt->cs + (size_t)t * (size_t)n_rot);
-    return rt->cs;
+            rt = &be->rope[i];
+    if (!rt && is_run) {
+        /* More bases than tables: the last is started over (never seen). */
+        rt = &be->rope[be->n_rope < MAX_ROPE_TABLES ? be->n_rope++
+                                                    : MAX_ROPE_TABLES - 1];
+        *rt = (struct rope_table){base, n_rot, 0, rt->cs};
+    }
+    if (!rt || !is_run) {
+        for (int t = 0; t < n; t++)
+            rope_angles(pos[t], n_rot, base,
+                        be->rope_call + (size_t)t * (size_t)n_rot);
+        return be->rope_call;
+    }
+    for (; rt->n_cached <= pos[n - 1]; rt->n_cached++)
+        rope_angles(rt->n_cached, n_rot, base,
+                    rt->cs + (size_t)rt->n_cached * (size_t)n_rot);
+    return rt->cs + (size_t)pos[0] * (size_t)n_rot;
+}
+
+/* Splits 16 interleaved (cos, sin) floats into 8 cosines and 8 sines. */
+static void split_cs(const float *cs, __m256 *c, __m256 *s)
+{
+    __m256 a = _mm256_loadu_ps(cs), b = _mm256_loadu_ps(cs + 8);
+    *c = _mm256_castpd_ps(_mm256_permute4x64_pd(
+        _mm256_castps_pd(_mm256_shuffle_ps(a, b, _MM_SHUFFLE(2, 0, 2, 0))),
+        _MM_SHUFFLE(3, 1, 2, 0)));
+    *s = _mm256_castpd_ps(_mm256_permute4x64_pd(
+        _mm256_castps_pd(_mm256_shuffle_ps(a, b, _MM_SHUFFLE(3, 1, 3, 1))),
+        _MM_SHUFFLE(3, 1, 2, 0)));
+}
+
+/* One head turned by the angles cs, pairs (i, i + pairs) (NEOX) or
+ * (2i, 2i + 1) (NORM): x0 c - x1 s and x0 s + x1 c, each product rounded
+ * before the sum as the scalar code does (C11 does not contract). */
+static void rope_head(float *v, const float *cs, int pairs,
+                      enum rope_style style)
+{
+    int i = 0;
+    if (style == ROPE_NEOX) {
+        for (; i + 8 <= pairs; i += 8) {
+            __m256 c, s;
+            split_cs(cs + 2 * i, &c, &s);
+            __m256 x0 = _mm256_loadu_ps(v + i), x1 = _mm256_loadu_ps(v + i + pairs);
+            _mm256_storeu_ps(v + i, _mm256_sub_ps(_mm256_mul_ps(x0, c),
+                                                  _mm256_mul_ps(x1, s)));
+            _mm256_storeu_ps(v + i + pairs, _mm256_add_ps(_mm256_mul_ps(x0, s),
+                                                          _mm256_mul_ps(x1, c)));
+        }
+    }
+    for (; i < pairs; i++) {
+        int a = style == ROPE_NORM ? 2 * i : i;
+        int b = style == ROPE_NORM ? 2 * i + 1 : i + pairs;
+        float x0 = v[a], x1 = v[b];
+        v[a] = x0 * cs[2 * i] - x1 * cs[2 * i + 1];
+        v[b] = x0 * cs[2 * i + 1] + x1 * cs[2 * i];
+    }
 }
 
 static void cpu_rope(struct backend *base, struct be_tensor *xt, int n,
@@ -398,20 +548,12 @@ static void cpu_rope(struct backend *base, struct be_tensor *xt, int n,
                      float rope_base, enum rope_style style)
 {
     const float *table = rope_table(cpu(base), n, n_rot, pos, rope_base);
-    const int pairs = n_rot / 2;
     for (int t = 0; t < n; t++) {
         /* every head of a position turns by the same angles */
         const float *cs = table + (size_t)t * (size_t)n_rot;
-        for (int h = 0; h < n_heads; h++) {
-            float *v = xt->data + ((int64_t)t * n_heads + h) * head_dim;
-            for (int i = 0; i < pairs; i++) {
-                int a = style == ROPE_NORM ? 2 * i : i;
-                int b = style == ROPE_NORM ? 2 * i + 1 : i + pairs;
-                float x0 = v[a], x1 = v[b];
-                v[a] = x0 * cs[2 * i] - x1 * cs[2 * i + 1];
-                v[b] = x0 * cs[2 * i + 1] + x1 * cs[2 * i];
-            }
-        }
+        for (int h = 0; h < n_heads; h++)
+            rope_head(xt->data + ((int64_t)t * n_heads + h) * head_dim, cs,
+                      n_rot / 2, style);
     }
 }
 
@@ -600,7 +742,7 @@ static void cpu_tensor_free(struct backend *be, struct be_tensor *t)
 
 static void cpu_begin(struct backend *base)
 {
-    cpu(base)->n_rope = 0;
+    (void)base;
 }
 
 static int cpu_end(struct backend *be, struct kk_error *err)
@@ -632,6 +774,7 @@ static void cpu_kv_commit(struct backend *be, struct kv_cache *kv)
 
 static const struct backend_ops cpu_ops = {
     .free = cpu_free, .name = cpu_name, .threads = cpu_threads,
+    .share_threads = cpu_share_threads,
     .reserve = cpu_reserve, .bind_kv = cpu_kv_noop, .kv_pull = cpu_kv_noop,
     .kv_push = cpu_kv_noop, .tensor_new = cpu_tensor_new,
     .tensor_free = cpu_tensor_free, .begin = cpu_begin, .end = cpu_end,

@@ -5,7 +5,10 @@
 
 #include <immintrin.h>
 #include <math.h>
+#include <pthread.h>
 #include <string.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 
 #include "matmul_kernels.h"
 #include "quant.h"
@@ -143,6 +146,13 @@ static void prepare_float(uint32_t weight_type, const float *x, int64_t n,
 void matmul_prepare(uint32_t weight_type, const float *x, int64_t n_cols,
                     int n_tokens, void *buf, struct matmul_input *out)
 {
+    matmul_prepare_for(weight_type, x, n_cols, n_tokens, false, buf, out);
+}
+
+void matmul_prepare_for(uint32_t weight_type, const float *x, int64_t n_cols,
+                        int n_tokens, bool is_amx, void *buf,
+                        struct matmul_input *out)
+{
     enum act_family fam = act_family_of(weight_type);
     /* Kernels load whole 64-byte vectors of the prepared data, once per
      * weight row: one that straddles two cache lines costs two loads. */
@@ -164,8 +174,9 @@ void matmul_prepare(uint32_t weight_type, const float *x, int64_t n_cols,
         switch (fam) {
         case ACT_Q8_0:
             prepare_q8_0(xt, n_cols, q, (float *)q8_scales(out, t));
-            prepare_q8_tiles(weight_type, q, q8_scales(out, t), n_cols,
-                             (struct q8_tile *)q8_tiles(out, t));
+            if (!is_amx)
+                prepare_q8_tiles(weight_type, q, q8_scales(out, t), n_cols,
+                                 (struct q8_tile *)q8_tiles(out, t));
             break;
         case ACT_Q8_K:
             prepare_q8_k(xt, n_cols, q, (float *)q8k_scales(out, t),
@@ -328,6 +339,31 @@ bool matmul_has_avx512(void)
            __builtin_cpu_supports("avx512vl") &&
            __builtin_cpu_supports("avx512dq") &&
            __builtin_cpu_supports("avx512vnni");
+}
+
+/* AMX: CPUID says AMX-TILE and AMX-INT8 (with the AVX-512 the kernel's
+ * float part uses), and Linux lets this process use the tile data state,
+ * which it must be asked for once (ARCH_REQ_XCOMP_PERM). */
+#define ARCH_REQ_XCOMP_PERM 0x1023
+#define XFEATURE_XTILEDATA 18
+
+static bool amx_ok;
+static pthread_once_t amx_once = PTHREAD_ONCE_INIT;
+
+static void amx_detect(void)
+{
+    unsigned a, b, c, d;
+    __asm__("cpuid" : "=a"(a), "=b"(b), "=c"(c), "=d"(d) : "a"(7), "c"(0));
+    bool has_tiles = (d >> 24 & 1) && (d >> 25 & 1);
+    amx_ok = has_tiles && matmul_has_avx512() &&
+             syscall(SYS_arch_prctl, ARCH_REQ_XCOMP_PERM,
+                     XFEATURE_XTILEDATA) == 0;
+}
+
+bool matmul_has_amx(void)
+{
+    pthread_once(&amx_once, amx_detect);
+    return amx_ok;
 }
 
 void matmul_rows(uint32_t weight_type, const void *w,

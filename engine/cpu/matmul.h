@@ -22,6 +22,7 @@
 #ifndef KK_CPU_MATMUL_H
 #define KK_CPU_MATMUL_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -41,6 +42,12 @@ size_t matmul_prepared_bytes(uint32_t weight_type, int64_t n_cols, int n_tokens)
 /* Prepares x (n_tokens rows of n_cols floats, contiguous) into buf. */
 void matmul_prepare(uint32_t weight_type, const float *x, int64_t n_cols,
                     int n_tokens, void *buf, struct matmul_input *out);
+/* The same, for matmul_rows_amx only when is_amx: Q8_0 activations then
+ * skip the tiled copy the AVX-512 kernel reads (the AMX kernel reads the
+ * plain quants; regrouping them cost more than the tile multiplies). */
+void matmul_prepare_for(uint32_t weight_type, const float *x, int64_t n_cols,
+                        int n_tokens, bool is_amx, void *buf,
+                        struct matmul_input *out);
 
 /* y[t * ldy + r] = dot(row r of w, token t) for r in [row_begin, row_end),
  * t < in->n_tokens. w points at row 0; each row is
@@ -48,6 +55,20 @@ void matmul_prepare(uint32_t weight_type, const float *x, int64_t n_cols,
 void matmul_rows(uint32_t weight_type, const void *w,
                  const struct matmul_input *in, float *y, int64_t ldy,
                  int64_t row_begin, int64_t row_end);
+
+/* AMX (Intel Sapphire Rapids and later): Q8_0 matrices repacked once into
+ * tile order (matmul_amx_pack, matmul_amx_packed_bytes bytes, owned by the
+ * caller) and multiplied with tile instructions. matmul_rows_amx gives the
+ * AVX-512 kernel's results bit for bit (the same integers per block, the
+ * same float steps), so a caller may pick either for any batch; it wins
+ * when a batch has several tokens. Rows [row_begin, row_end) of y; n_rows
+ * is the matrix's. Only after matmul_has_amx(). */
+bool matmul_has_amx(void);
+size_t matmul_amx_packed_bytes(int64_t n_rows, int64_t n_cols);
+void matmul_amx_pack(const void *w, int64_t n_rows, int64_t n_cols, void *out);
+void matmul_rows_amx(const void *packed, const struct matmul_input *in,
+                     float *y, int64_t ldy, int64_t n_rows, int64_t row_begin,
+                     int64_t row_end);
 
 /* Which kernel family runs ("avx512-vnni", "avx2", "scalar"), for `info`. */
 const char *matmul_kernel_name(void);
