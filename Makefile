@@ -64,10 +64,14 @@ $(BUILD)/%.o: %.c
 	$(CC) $(ALL_CFLAGS) -c $< -o $@
 
 # ---- shaders: GLSL -> SPIR-V (glslc) -> linked into the binary ----
-# matmul.comp is compiled once per weight type. spirv.S pulls every .spv in
-# with .incbin; shader_list.h names them for vk_shaders.c's table.
+# matmul.comp is compiled five times per weight type: for GPUs matmul_<t>
+# (batches of 16 tokens), matmul_t8_<t> and matmul_t4_<t> (up to 8 and 4:
+# verify blocks) and matmul_one_<t> (decode); matmul_rows_<t> for CPU
+# devices. spirv.S pulls every .spv in with .incbin; shader_list.h names
+# them for vk_shaders.c's table.
 MATMUL_TYPES := f32 f16 bf16 q8_0 q4_0 q5_0 q4_k q6_k
-SHADER_NAMES := $(MATMUL_TYPES:%=matmul_%) $(MATMUL_TYPES:%=matmul_rows_%) \
+MATMUL_FORMS := matmul_ matmul_t8_ matmul_t4_ matmul_one_ matmul_rows_
+SHADER_NAMES := $(foreach f,$(MATMUL_FORMS),$(MATMUL_TYPES:%=$(f)%)) \
                 rmsnorm rope add gated_act \
                 kv_store rope_kv_store attention
 SPIRV      := $(SHADER_NAMES:%=$(BUILD)/shaders/%.spv)
@@ -78,6 +82,19 @@ GLSL_FLAGS := --target-env=vulkan1.1 -O -Werror -Ishaders
 $(BUILD)/shaders/matmul_rows_%.spv: shaders/matmul.comp $(wildcard shaders/*.glsl)
 	@mkdir -p $(dir $@)
 	$(GLSLC) $(GLSL_FLAGS) -DMM_ROWWISE -DWTYPE_$(shell echo $* | tr a-z A-Z) $< -o $@
+
+# Tokens per workgroup (MM_NT) and MM_PAIR as vk_shaders.h's table of
+# forms says.
+MATMUL_DEFS_one_ := -DMM_NT=1 -DMM_PAIR
+MATMUL_DEFS_t4_ := -DMM_NT=4 -DMM_PAIR
+MATMUL_DEFS_t8_ := -DMM_NT=8
+define MATMUL_FORM_RULE
+$$(BUILD)/shaders/matmul_$(1)%.spv: shaders/matmul.comp $$(wildcard shaders/*.glsl) Makefile
+	@mkdir -p $$(dir $$@)
+	$$(GLSLC) $$(GLSL_FLAGS) $$(MATMUL_DEFS_$(1)) \
+	    -DWTYPE_$$(shell echo $$* | tr a-z A-Z) $$< -o $$@
+endef
+$(foreach f,one_ t4_ t8_,$(eval $(call MATMUL_FORM_RULE,$(f))))
 
 $(BUILD)/shaders/matmul_%.spv: shaders/matmul.comp $(wildcard shaders/*.glsl)
 	@mkdir -p $(dir $@)

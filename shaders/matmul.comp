@@ -8,12 +8,29 @@
  *
  * A workgroup of the GPU form owns MM_SLOTS weight rows (MM_GATED: half as
  * many rows of both matrices) and up to MM_TOKENS tokens. Each row is cut
- * into groups of 8 values (16 for Q8_0 and Q6_K), given as runs of 4 consecutive
- * columns; thread i takes groups i, i + WG, ..., so neighbouring threads
- * read neighbouring bytes, every weight byte is read once per workgroup,
- * and each x vec4 serves all of the workgroup's rows. A thread keeps
- * MM_SLOTS x MM_TOKENS f32 partial sums; subgroupAdd and then the
- * subgroups' sums in order give each output.
+ * into groups of 8 values (16 for Q8_0 and Q6_K), given as runs of 4
+ * consecutive columns; thread i takes groups i, i + WG, ..., so
+ * neighbouring threads read neighbouring bytes, every weight byte is read
+ * once per workgroup, and each x vec4 serves all of the workgroup's rows.
+ * A thread keeps MM_SLOTS x MM_TOKENS f32 partial sums; subgroupAdd and
+ * then the subgroups' sums in order give each output.
+ *
+ * The GPU form is compiled once per batch size it serves (MM_NT tokens):
+ * matmul_one_<t> (1: decode), matmul_t4_<t> and matmul_t8_<t> (up to 4
+ * and 8: verify blocks) and matmul_<t> (16: longer blocks and prefill, in
+ * y-groups of 16). A thread keeps MM_NT partial sums per slot, and the
+ * fewer it keeps, the more loads it can have in flight (MM_PAIR: two
+ * groups' loads issued together, where registers allow) and the more
+ * threads fit on a multiprocessor: the 16-token form decoding one token
+ * ran at a sixth of the one-token form's speed. What a token's sum is made
+ * of, and in which order, is the same code in every form (only the token
+ * count differs), so all give a token the same bits (test_vk_ops).
+ *
+ * No branch may separate a thread's weight loads from each other: a GPU
+ * waits for the loads before a branch before it takes it, which made each
+ * slot's row a round trip of its own. So the one per-dispatch choice that
+ * touches loads (how Q8_0 rows are aligned) is made once, in main(), and
+ * the loop body is compiled once per case (row_form()).
  *
  * One summation order for every batch size: a token's sum is built the
  * same way (the same groups per thread, in the same order, each group's
@@ -42,8 +59,16 @@
 #include "common.glsl"
 #include "act.glsl"
 
-#define MM_SLOTS 4u   /* accumulate() spells out 4 */
-#define MM_TOKENS 16u
+/* The GPU form's slots and tokens per workgroup (the Makefile's -D for
+ * each form); MM_PAIR: two groups' loads per step. */
+#ifndef MM_NS
+#define MM_NS 4
+#endif
+#ifndef MM_NT
+#define MM_NT 16
+#endif
+#define MM_SLOTS uint(MM_NS)
+#define MM_TOKENS uint(MM_NT)
 #define MM_ROWWISE_ROWS 64u
 #define WG 64u
 #define MM_STORE 0u
@@ -132,22 +157,29 @@ float elem(uint m, uint off, uint c)
  * scales, 2 bytes a block, in the same row_bytes. Group gi is quants
  * 16 gi .. 16 gi + 16 of block gi / 2: one aligned 16-byte load when rows
  * are 16-byte aligned (a memory-bound decode wants as many bytes in flight
- * per thread as it can get), four words when 4-byte aligned. */
+ * per thread as it can get), four words when 4-byte aligned, else bytes.
+ * Which of the three is row_form(), a constant inside the loop. */
 #define RUNS 4u
+#define HAS_FORMS 1
 uint n_groups() { return pc.n_cols / 16u; }
 uint run_col(uint gi, uint r) { return 16u * gi + 4u * r; }
-void group_values(uint m, uint off, uint gi, out vec4 v[RUNS])
+uint row_form()
+{
+    return (pc.row_bytes & 15u) == 0u ? 0u : (pc.row_bytes & 3u) == 0u ? 1u
+                                                                       : 2u;
+}
+void group_values(uint form, uint m, uint off, uint gi, out vec4 v[RUNS])
 {
     uint bd = off + pc.n_cols + 2u * (gi >> 1u);
     float d = kk_f16_to_f32(KK_U16(WM, bd));
     uint q[4];
-    if ((pc.row_bytes & 15u) == 0u) {
+    if (form == 0u) {
         uvec4 p = W4[m].w4[(off >> 4u) + gi];
         q[0] = p.x;
         q[1] = p.y;
         q[2] = p.z;
         q[3] = p.w;
-    } else if ((pc.row_bytes & 3u) == 0u) {
+    } else if (form == 1u) {
         [[unroll]] for (uint k = 0u; k < 4u; k++)
             q[k] = WM[(off >> 2u) + 4u * gi + k];
     } else {
@@ -314,9 +346,13 @@ vec4 load_x4(uint t, uint col)
     return x4[(t * pc.n_cols + col) >> 2u];
 }
 
-/* The values of group gi of the row at byte off of matrix m. The partial
- * last group of an f32/f16/bf16 row: its values one by one, zeros after. */
-void values(uint m, uint off, uint gi, out vec4 v[RUNS])
+/* The values of group gi of the row at byte off of matrix m, read in
+ * form `form` (row_form(): pass it as a constant). The partial last group
+ * of an f32/f16/bf16 row: its values one by one, zeros after. */
+#ifndef HAS_FORMS
+uint row_form() { return 0u; }
+#endif
+void values(uint form, uint m, uint off, uint gi, out vec4 v[RUNS])
 {
 #ifdef HAS_TAIL
     const uint n = min(8u, pc.n_cols - 8u * gi);
@@ -330,7 +366,11 @@ void values(uint m, uint off, uint gi, out vec4 v[RUNS])
         return;
     }
 #endif
+#ifdef HAS_FORMS
+    group_values(form, m, off, gi, v);
+#else
     group_values(m, off, gi, v);
+#endif
 }
 
 /* One group's products for one token: a single fma chain, so that its
@@ -420,9 +460,9 @@ void main()
     const uint ng = n_groups();
     for (uint gi = 0u; gi < ng; gi++) {
         vec4 v[2][RUNS];
-        values(m, off, gi, v[0]);
+        values(row_form(), m, off, gi, v[0]);
         if (gated)
-            values(1u, off, gi, v[1]);
+            values(row_form(), 1u, off, gi, v[1]);
         TOKENS_16(ROW_TOKEN)
     }
     TOKENS_16(STORE_TOKEN)
@@ -430,58 +470,104 @@ void main()
 
 #else
 
+/* F(s) for each of the MM_SLOTS slots and F(t) for each of the MM_TOKENS
+ * tokens: spelled out rather than loops, because glslc leaves loops this
+ * size rolled, and acc indexed by a loop counter lives in memory, not
+ * registers (that made the whole matmul 5x slower). */
+#if MM_NS == 4
+#define SLOTS(F) F(0u) F(1u) F(2u) F(3u)
+#else
+#error "matmul.comp: MM_NS is 4"
+#endif
+#if MM_NT == 16
+#define TOKENS(F) TOKENS_16(F)
+#elif MM_NT == 8
+#define TOKENS(F) F(0u) F(1u) F(2u) F(3u) F(4u) F(5u) F(6u) F(7u)
+#elif MM_NT == 4
+#define TOKENS(F) F(0u) F(1u) F(2u) F(3u)
+#elif MM_NT == 1
+#define TOKENS(F) F(0u)
+#else
+#error "matmul.comp: MM_NT is 1, 4, 8 or 16"
+#endif
+
 /* acc[s * MM_TOKENS + t]: this thread's partial sum for slot s, token
  * t0 + t. Slot s is row r0 + s of matrix m, or for MM_GATED row
  * r0 + s / 2 of matrix s % 2. */
 float acc[MM_SLOTS * MM_TOKENS];
-/* Each subgroup's sums (subgroups of 4+ lanes: at most WG / 4 of them),
- * then the workgroup's. */
+/* Each subgroup's sums (subgroups of 4+ lanes: at most WG / 4 of them). */
 shared float red[(WG / 4u) * MM_SLOTS * MM_TOKENS];
-shared float sums[MM_SLOTS * MM_TOKENS];
 
+/* Where the workgroup's slots read: matrix and byte offset of the row. */
+struct slots {
+    uint mat[MM_SLOTS], off[MM_SLOTS];
+};
+
+#define LOAD_SLOT(s) values(form, sl.mat[s], sl.off[s], gi, v[s]);
+#define LOAD_SLOT_NEXT(s) values(form, sl.mat[s], sl.off[s], gi + WG, v2[s]);
 /* Token t of a group: acc[., t] += the slots' values times x[t0 + t].
- * Spelled out per token (TOKENS_16 below) rather than as a loop: glslc
- * leaves a loop this size rolled, and acc indexed by a loop counter lives
- * in memory, not registers, which made the whole matmul 5x slower. */
+ * Tokens past nt (a short batch) repeat the last one and their sums are
+ * never used: no branch between the tokens' x loads, so they are all in
+ * flight together (a branch per token made each a round trip of its own,
+ * as with the weight loads). */
 #define ACCUMULATE_TOKEN(t)                                                  \
-    if ((t) < nt) {                                                          \
+    {                                                                        \
         vec4 xv[RUNS];                                                       \
         [[unroll]] for (uint k = 0u; k < RUNS; k++)                          \
-            xv[k] = load_x4(t0 + (t), run_col(gi, k));                       \
+            xv[k] = load_x4(t0 + min((t), nt - 1u), run_col(gi, k));         \
         [[unroll]] for (uint s = 0u; s < MM_SLOTS; s++)                      \
             acc[s * MM_TOKENS + (t)] += group_dot(v[s], xv);                 \
     }
+
 /* acc += group gi of every slot's row times the nt tokens from t0. */
-void accumulate(uint gi, uint t0, uint nt, uint mat[MM_SLOTS],
-                uint off[MM_SLOTS])
+void accumulate(const uint form, uint gi, uint t0, uint nt, slots sl)
 {
-    /* the slots spelled out too: a rolled loop here (the f32/f16 tail
-     * makes values() long) puts v in memory */
     vec4 v[MM_SLOTS][RUNS];
-    values(mat[0], off[0], gi, v[0]);
-    values(mat[1], off[1], gi, v[1]);
-    values(mat[2], off[2], gi, v[2]);
-    values(mat[3], off[3], gi, v[3]);
-    TOKENS_16(ACCUMULATE_TOKEN)
+    SLOTS(LOAD_SLOT)
+    TOKENS(ACCUMULATE_TOKEN)
 }
 
-/* sums[j] = the workgroup's total of acc[j], for the tokens in use. */
+/* The thread's groups gi = tid, tid + WG, ... in that order. With MM_PAIR
+ * two of them at a time: both groups' loads first, then the sums, still
+ * group gi's before group gi + WG's. */
+void accumulate_row(const uint form, uint t0, uint nt, slots sl)
+{
+    const uint ng = n_groups();
+    uint gi = gl_LocalInvocationID.x;
+#ifdef MM_PAIR
+    for (; gi + WG < ng; gi += 2u * WG) {
+        vec4 v[MM_SLOTS][RUNS], v2[MM_SLOTS][RUNS];
+        SLOTS(LOAD_SLOT)
+        SLOTS(LOAD_SLOT_NEXT)
+        TOKENS(ACCUMULATE_TOKEN)
+        v = v2;
+        gi += WG;
+        TOKENS(ACCUMULATE_TOKEN)
+        gi -= WG;
+    }
+#endif
+    for (; gi < ng; gi += WG)
+        accumulate(form, gi, t0, nt, sl);
+}
+
+/* The workgroup's total of acc[j]: the subgroups' sums, in order. */
+float total(uint j)
+{
+    float s = red[j];
+    for (uint k = 1u; k < gl_NumSubgroups; k++)
+        s += red[k * MM_SLOTS * MM_TOKENS + j];
+    return s;
+}
+
+/* Each subgroup's sums of acc, for the tokens in use, into red. */
 void reduce(uint nt)
 {
-    const uint tid = gl_LocalInvocationID.x;
     [[unroll]] for (uint j = 0u; j < MM_SLOTS * MM_TOKENS; j++) {
         if (j % MM_TOKENS < nt) {
             float s = subgroupAdd(acc[j]);
             if (subgroupElect())
                 red[gl_SubgroupID * MM_SLOTS * MM_TOKENS + j] = s;
         }
-    }
-    barrier();
-    if (tid < MM_SLOTS * MM_TOKENS && tid % MM_TOKENS < nt) {
-        float s = red[tid];
-        for (uint k = 1u; k < gl_NumSubgroups; k++)
-            s += red[k * MM_SLOTS * MM_TOKENS + tid];
-        sums[tid] = s;
     }
     barrier();
 }
@@ -501,17 +587,21 @@ void main()
     const uint nt = min(MM_TOKENS, pc.n_tokens - t0);
 
     /* Slots past the last row read the last row again (never past it). */
-    uint mat[MM_SLOTS], off[MM_SLOTS];
+    slots sl;
     [[unroll]] for (uint s = 0u; s < MM_SLOTS; s++) {
         const uint r = gated ? r0 + s / 2u : r0 + s;
-        mat[s] = gated ? s % 2u : m;
-        off[s] = min(r, rows - 1u) * pc.row_bytes;
+        sl.mat[s] = gated ? s % 2u : m;
+        sl.off[s] = min(r, rows - 1u) * pc.row_bytes;
     }
     [[unroll]] for (uint j = 0u; j < MM_SLOTS * MM_TOKENS; j++)
         acc[j] = 0.0;
-    const uint ng = n_groups();
-    for (uint gi = tid; gi < ng; gi += WG)
-        accumulate(gi, t0, nt, mat, off);
+    const uint form = row_form();
+    if (form == 0u)
+        accumulate_row(0u, t0, nt, sl);
+    else if (form == 1u)
+        accumulate_row(1u, t0, nt, sl);
+    else
+        accumulate_row(2u, t0, nt, sl);
     reduce(nt);
 
     if (tid >= MM_SLOTS * MM_TOKENS)
@@ -521,9 +611,9 @@ void main()
         return;
     if (!gated) {
         if (r0 + s < rows)
-            store_sum(m, r0 + s, t0 + t, sums[tid]);
+            store_sum(m, r0 + s, t0 + t, total(tid));
     } else if (s % 2u == 0u && r0 + s / 2u < rows) {
-        store_gated(r0 + s / 2u, t0 + t, sums[tid], sums[tid + MM_TOKENS]);
+        store_gated(r0 + s / 2u, t0 + t, total(tid), total(tid + MM_TOKENS));
     }
 }
 

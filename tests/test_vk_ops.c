@@ -41,7 +41,7 @@ struct cached_pipeline {
     char name[64];
     struct vk_pipeline pipe;
 };
-static struct cached_pipeline pipes[48];
+static struct cached_pipeline pipes[64];
 static int n_pipes;
 
 static int open_device(void **state)
@@ -358,14 +358,41 @@ static void check_matmul_variant(uint32_t type, const char *shader,
     check_matmul(type, shader, short_cols, 130, 2, seed + 95);
 }
 
-/* Both forms of the shader: matmul_<t> (GPUs) and matmul_rows_<t>. */
+/* A small-batch form (at most max_tokens tokens, one y-group): batches
+ * of 1 .. max_tokens; a workgroup's rows all real, the last one alone. */
+static void check_matmul_small(uint32_t type, const char *shader,
+                               int max_tokens, int short_cols, int long_cols)
+{
+    static const int rows[] = {5, 1, 8, 17, 130};
+    uint64_t seed = 0x0e3779b97f4a7c15ull ^ type ^ (uint64_t)max_tokens;
+    for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++)
+        check_matmul(type, shader, short_cols, rows[i],
+                     1 + (int)i % max_tokens, seed + i);
+    check_matmul(type, shader, long_cols, 9, max_tokens, seed + 99);
+}
+
+/* The GPU's small-batch forms of matmul_<t>: prefix, most tokens. */
+static const struct {
+    const char *prefix;
+    int max_tokens;
+} small_forms[] = {{"one_", 1}, {"t4_", 4}, {"t8_", 8}};
+enum { N_SMALL_FORMS = sizeof small_forms / sizeof small_forms[0] };
+
+/* Every form of the shader: matmul_<t> and its small-batch forms (GPUs)
+ * and matmul_rows_<t>. */
 static void check_matmul_shapes(uint32_t type, const char *shader,
                                 int short_cols, int long_cols)
 {
-    char rows[64];
-    snprintf(rows, sizeof rows, "matmul_rows_%s", shader + strlen("matmul_"));
+    const char *t = shader + strlen("matmul_");
+    char name[64];
     check_matmul_variant(type, shader, short_cols, long_cols);
-    check_matmul_variant(type, rows, short_cols, long_cols);
+    snprintf(name, sizeof name, "matmul_rows_%s", t);
+    check_matmul_variant(type, name, short_cols, long_cols);
+    for (int f = 0; f < N_SMALL_FORMS; f++) {
+        snprintf(name, sizeof name, "matmul_%s%s", small_forms[f].prefix, t);
+        check_matmul_small(type, name, small_forms[f].max_tokens, short_cols,
+                           long_cols);
+    }
 }
 
 /* f32/f16/bf16: 77 and 4165 columns leave a partial last group, and f16
@@ -391,12 +418,17 @@ static void test_matmul_bf16_matches_dequantized_rows(void **state)
     check_matmul_shapes(KK_BF16, "matmul_bf16", 77, 4165);
 }
 
-/* 3 and 131 blocks per row: rows of 102 and 4454 bytes, not word aligned. */
+/* 3 and 131 blocks per row: rows of 102 and 4454 bytes, not word aligned;
+ * then rows of 30 blocks (1020 bytes, word aligned) and 64 and 264 blocks
+ * (2176 and 8976 bytes, 16-byte aligned), each read another way. */
 static void test_matmul_q8_0_matches_dequantized_rows(void **state)
 {
     (void)state;
     REQUIRE_DEVICE();
     check_matmul_shapes(KK_Q8_0, "matmul_q8_0", 96, 32 * 131);
+    check_matmul_shapes(KK_Q8_0, "matmul_q8_0", 32 * 30, 32 * 64);
+    check_matmul_small(KK_Q8_0, "matmul_one_q8_0", 1, 32 * 64, 32 * 264);
+    check_matmul_small(KK_Q8_0, "matmul_t4_q8_0", 4, 32 * 64, 32 * 264);
 }
 
 static void test_matmul_q4_0_matches_dequantized_rows(void **state)
@@ -1176,24 +1208,75 @@ static void test_matmul_fused_forms_give_the_bits_of_separate_ops(
 {
     (void)state;
     REQUIRE_DEVICE();
-    static const char *forms[] = {"", "rows_"};
-    for (int f = 0; f < 2; f++) {
+    static const char *forms[] = {"", "rows_", "one_", "t4_", "t8_"};
+    static const int most[] = {17, 17, 1, 4, 8};
+    for (int f = 0; f < 5; f++) {
+        /* the small-batch forms take at most most[f] tokens */
+        const int more = most[f], some = most[f] < 5 ? most[f] : 5;
         char q8[64], f16[64], q4k[64];
         snprintf(q8, sizeof q8, "matmul_%sq8_0", forms[f]);
         snprintf(f16, sizeof f16, "matmul_%sf16", forms[f]);
         snprintf(q4k, sizeof q4k, "matmul_%sq4_k", forms[f]);
         check_fused_forms(q8, KK_Q8_0, 32 * 67, 1, 11);
-        check_fused_forms(q8, KK_Q8_0, 32 * 12, 17, 12);
-        check_fused_forms(f16, KK_F16, 1000, 5, 13);
-        check_fused_forms(q4k, KK_Q4_K, 256 * 3, 3, 14);
+        check_fused_forms(q8, KK_Q8_0, 32 * 12, more, 12);
+        check_fused_forms(q8, KK_Q8_0, 32 * 64, some, 15);
+        check_fused_forms(f16, KK_F16, 1000, some, 13);
+        check_fused_forms(q4k, KK_Q4_K, 256 * 3, most[f] < 3 ? most[f] : 3,
+                          14);
+    }
+}
+
+/* Token t of a batch of 17 through `batched`, against the same token
+ * through `part`, in batches of `k` (the last one shorter), in every mode,
+ * to the bit. */
+static void check_same_bits_by_parts(const char *batched, const char *part,
+                                     int k, const struct mm_data *d)
+{
+    static const struct {
+        uint32_t mode;
+        int n_mats;
+    } modes[] = {{MM_STORE, 3}, {MM_ADD, 1}, {MM_GATED, 2}};
+    enum { TOKENS = 17 };
+    const int n_cols = d->n_cols;
+    for (size_t i = 0; i < sizeof modes / sizeof modes[0]; i++) {
+        const int n_out = modes[i].mode == MM_STORE ? 3 : 1;
+        float batch[MM_MAX_MATS][TOKENS * 9], some[MM_MAX_MATS][TOKENS * 9];
+        float *bp[MM_MAX_MATS], *sp[MM_MAX_MATS];
+        for (int m = 0; m < MM_MAX_MATS; m++) {
+            memset(batch[m], 0, sizeof batch[m]);
+            bp[m] = batch[m];
+            sp[m] = some[m];
+        }
+        mm_run(batched, d, modes[i].mode, modes[i].n_mats, false, TOKENS,
+               d->x, bp, 0);
+        for (int t0 = 0; t0 < TOKENS; t0 += k) {
+            const int n = TOKENS - t0 < k ? TOKENS - t0 : k;
+            memset(some, 0, sizeof some);
+            mm_run(part, d, modes[i].mode, modes[i].n_mats, false, n,
+                   d->x + (size_t)t0 * n_cols, sp, 0);
+            for (int m = 0; m < n_out; m++) {
+                int rows = modes[i].mode == MM_GATED ? 6 : d->n_rows[m];
+                for (int t = 0; t < n; t++)
+                    if (memcmp(some[m] + (size_t)t * rows,
+                               batch[m] + (size_t)(t0 + t) * rows,
+                               (size_t)rows * sizeof(float)))
+                        fail_msg("%s %d cols, mode %u, matrix %d: token %d "
+                                 "of a batch of %d differs from token %d of "
+                                 "a batch of %d (%s)", part, n_cols,
+                                 modes[i].mode, m, t, n, t0 + t, TOKENS,
+                                 batched);
+            }
+        }
     }
 }
 
 /* A token's product does not depend on the batch it is in: speculative
  * verification (a batch) must reproduce plain decoding (one token) to the
- * bit, or greedy output could part at a near-tie. Both shader forms, a
- * quantized type (rows 8-byte aligned, 4-byte aligned, and not), a half
- * and a K-quant type, every fused form, 17 tokens against each alone. */
+ * bit, or greedy output could part at a near-tie. Every shader form (the
+ * GPU's small-batch forms against its batched one), a quantized type (rows
+ * 16-byte aligned, 4-byte aligned, and not; rows of 2, 3 and 8+ groups per
+ * thread), a half and a K-quant type, every fused form: 17 tokens against
+ * each alone, and against batches of 3 and of the small forms' sizes. */
 static void test_matmul_gives_a_token_the_same_bits_alone_and_in_a_batch(
     void **state)
 {
@@ -1204,48 +1287,23 @@ static void test_matmul_gives_a_token_the_same_bits_alone_and_in_a_batch(
         const char *name;
         int n_cols;
     } cases[] = {{KK_Q8_0, "q8_0", 32 * 64}, {KK_Q8_0, "q8_0", 32 * 30},
-                 {KK_Q8_0, "q8_0", 32 * 67}, {KK_F16, "f16", 1000},
-                 {KK_Q4_K, "q4_k", 256 * 5}};
-    static const struct {
-        uint32_t mode;
-        int n_mats;
-    } modes[] = {{MM_STORE, 3}, {MM_ADD, 1}, {MM_GATED, 2}};
-    enum { TOKENS = 17 };
+                 {KK_Q8_0, "q8_0", 32 * 67}, {KK_Q8_0, "q8_0", 32 * 264},
+                 {KK_F16, "f16", 1000}, {KK_Q4_K, "q4_k", 256 * 5}};
     for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
-        const int n_cols = cases[c].n_cols;
-        struct mm_data d = mm_data_new(cases[c].type, n_cols, TOKENS,
+        struct mm_data d = mm_data_new(cases[c].type, cases[c].n_cols, 17,
                                        0x5eed + c);
-        for (int form = 0; form < 2; form++)
-            for (size_t k = 0; k < sizeof modes / sizeof modes[0]; k++) {
-                char shader[64];
-                snprintf(shader, sizeof shader, "matmul_%s%s",
-                         form ? "rows_" : "", cases[c].name);
-                const int n_out = modes[k].mode == MM_STORE ? 3 : 1;
-                float batch[MM_MAX_MATS][TOKENS * 9], alone[MM_MAX_MATS][9];
-                float *bp[MM_MAX_MATS], *ap[MM_MAX_MATS];
-                for (int m = 0; m < MM_MAX_MATS; m++) {
-                    memset(batch[m], 0, sizeof batch[m]);
-                    bp[m] = batch[m];
-                    ap[m] = alone[m];
-                }
-                mm_run(shader, &d, modes[k].mode, modes[k].n_mats, false,
-                       TOKENS, d.x, bp, 0);
-                for (int t = 0; t < TOKENS; t++) {
-                    memset(alone, 0, sizeof alone);
-                    mm_run(shader, &d, modes[k].mode, modes[k].n_mats, false,
-                           1, d.x + (size_t)t * n_cols, ap, 0);
-                    for (int m = 0; m < n_out; m++) {
-                        int rows = modes[k].mode == MM_GATED ? 6
-                                                             : d.n_rows[m];
-                        if (memcmp(alone[m], batch[m] + (size_t)t * rows,
-                                   (size_t)rows * sizeof(float)))
-                            fail_msg("%s %d cols, mode %u, matrix %d: token "
-                                     "%d alone differs from token %d of a "
-                                     "batch of %d", shader, n_cols,
-                                     modes[k].mode, m, t, t, TOKENS);
-                    }
-                }
-            }
+        char gpu[64], rows[64], small[64];
+        snprintf(gpu, sizeof gpu, "matmul_%s", cases[c].name);
+        snprintf(rows, sizeof rows, "matmul_rows_%s", cases[c].name);
+        check_same_bits_by_parts(gpu, gpu, 1, &d);
+        check_same_bits_by_parts(gpu, gpu, 3, &d);
+        check_same_bits_by_parts(rows, rows, 1, &d);
+        for (int f = 0; f < N_SMALL_FORMS; f++) {
+            snprintf(small, sizeof small, "matmul_%s%s",
+                     small_forms[f].prefix, cases[c].name);
+            check_same_bits_by_parts(gpu, small, small_forms[f].max_tokens,
+                                     &d);
+        }
         mm_data_free(&d);
     }
 }
@@ -1356,7 +1414,10 @@ static void test_every_shader_is_embedded(void **state)
     static const char *names[] = {
         "matmul_f32", "matmul_f16", "matmul_bf16", "matmul_q8_0",
         "matmul_q4_0", "matmul_q5_0", "matmul_q4_k", "matmul_q6_k",
-        "matmul_rows_f32", "matmul_rows_f16", "matmul_rows_bf16",
+        "matmul_one_f32", "matmul_one_q8_0", "matmul_one_q6_k",
+        "matmul_t4_f16", "matmul_t4_q8_0", "matmul_t4_q4_k",
+        "matmul_t8_bf16", "matmul_t8_q8_0", "matmul_t8_q4_0",
+        "matmul_t8_q5_0", "matmul_rows_f32", "matmul_rows_f16", "matmul_rows_bf16",
         "matmul_rows_q8_0", "matmul_rows_q4_0", "matmul_rows_q5_0",
         "matmul_rows_q4_k", "matmul_rows_q6_k",
         "rmsnorm", "rope", "add", "gated_act", "kv_store", "rope_kv_store",

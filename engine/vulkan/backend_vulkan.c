@@ -42,6 +42,14 @@ static const struct {
 };
 enum { N_MATMUL = sizeof matmul_shaders / sizeof matmul_shaders[0] };
 
+/* The GPU's matmul forms by batch size (vk_shaders.h): the first whose
+ * max_tokens holds the batch runs it; the last takes any batch. */
+static const struct {
+    const char *prefix;
+    int max_tokens;
+} gpu_forms[] = {{"one_", 1}, {"t4_", 4}, {"t8_", 8}, {"", MM_TOKENS}};
+enum { N_GPU_FORMS = sizeof gpu_forms / sizeof gpu_forms[0] };
+
 struct rope_table {
     float base;
     int n_rot;
@@ -53,10 +61,11 @@ struct vk_backend {
     struct vk_device *dev;
     struct vk_model *weights;
     char name[300];
-    struct vk_pipeline matmul[N_MATMUL];
-    /* The matmul form: cooperating workgroups on a GPU, or one invocation
-     * per row on a CPU-backed device (vk_shaders.h). */
+    /* The matmul forms: cooperating workgroups on a GPU, one form per
+     * batch size (gpu_forms), or one invocation per row on a CPU-backed
+     * device (vk_shaders.h; then only matmul[0] is made). */
     bool matmul_rowwise;
+    struct vk_pipeline matmul[N_GPU_FORMS][N_MATMUL];
     struct vk_pipeline rmsnorm, rope, add, gated_act, kv_store, rope_kv_store,
         attention;
     /* Host data of the pass being recorded; read by the GPU at submit. */
@@ -167,15 +176,15 @@ static int make_pipeline(struct vk_backend *be, const char *shader,
     return 0;
 }
 
-static int make_pipelines(struct vk_backend *be, struct kk_error *err)
+/* matmul_<form><type> for every weight type into ps. */
+static int make_matmul_pipelines(struct vk_backend *be, const char *form,
+                                 struct vk_pipeline *ps, struct kk_error *err)
 {
-    bool rowwise = vk_device_is_cpu(be->dev);
-    be->matmul_rowwise = rowwise;
     /* W[MM_MAX_MATS], X, Y[MM_MAX_MATS] */
     static const int matmul_bindings[] = {MM_MAX_MATS, 1, MM_MAX_MATS};
     for (int i = 0; i < N_MATMUL; i++) {
         char name[64];
-        snprintf(name, sizeof name, "matmul_%s%s", rowwise ? "rows_" : "",
+        snprintf(name, sizeof name, "matmul_%s%s", form,
                  matmul_shaders[i].name);
         const struct vk_spirv *code = vk_shader_find(name);
         if (!code)
@@ -183,13 +192,24 @@ static int make_pipelines(struct vk_backend *be, struct kk_error *err)
                            name);
         if (vk_pipeline_new_arrays(be->dev, code->code, code->bytes, 3,
                                    matmul_bindings,
-                                   sizeof(struct vk_push_matmul),
-                                   &be->matmul[i], err)) {
+                                   sizeof(struct vk_push_matmul), &ps[i],
+                                   err)) {
             kk_error_prefix(err, name);
             return -1;
         }
-        snprintf(be->matmul[i].name, sizeof be->matmul[i].name, "%s", name);
+        snprintf(ps[i].name, sizeof ps[i].name, "%s", name);
     }
+    return 0;
+}
+
+static int make_pipelines(struct vk_backend *be, struct kk_error *err)
+{
+    bool rowwise = vk_device_is_cpu(be->dev);
+    be->matmul_rowwise = rowwise;
+    for (int f = 0; f < (rowwise ? 1 : N_GPU_FORMS); f++)
+        if (make_matmul_pipelines(be, rowwise ? "rows_" : gpu_forms[f].prefix,
+                                  be->matmul[f], err))
+            return -1;
     return make_pipeline(be, "rmsnorm", 3, sizeof(struct vk_push_rmsnorm),
                          &be->rmsnorm, err) ||
            make_pipeline(be, "rope", 2, sizeof(struct vk_push_rope),
@@ -299,8 +319,9 @@ static void vkb_free(struct backend *base)
                                 &be->rope_kv_store, &be->attention};
     for (size_t i = 0; i < sizeof ps / sizeof ps[0]; i++)
         vk_pipeline_free(be->dev, ps[i]);
-    for (int i = 0; i < N_MATMUL; i++)
-        vk_pipeline_free(be->dev, &be->matmul[i]);
+    for (int f = 0; f < N_GPU_FORMS; f++)
+        for (int i = 0; i < N_MATMUL; i++)
+            vk_pipeline_free(be->dev, &be->matmul[f][i]);
     vk_model_free(be->dev, be->weights);
     vk_device_close(be->dev);
     free(be);
@@ -512,6 +533,17 @@ static void vkb_embed(struct backend *base, const struct weight *w,
     copy(be, &be->upload, (VkDeviceSize)off, buf(x), 0, bytes);
 }
 
+/* The form (index into be->matmul) that multiplies a batch of n tokens:
+ * on a GPU the smallest that holds it (same bits, fewer partial sums). */
+static int matmul_form(const struct vk_backend *be, int n)
+{
+    int f = 0;
+    while (!be->matmul_rowwise && f + 1 < N_GPU_FORMS &&
+           n > gpu_forms[f].max_tokens)
+        f++;
+    return f;
+}
+
 /* Records one matmul dispatch over `count` matrices of one type and width
  * (vk_shaders.h): y[m] = w[m] · x (MM_STORE), y[0] += w[0] · x (MM_ADD),
  * or y[0] = act(w[0] · x) * (w[1] · x) (MM_GATED). */
@@ -553,7 +585,8 @@ static void record_matmul(struct vk_backend *be, uint32_t mode, int count,
     uint32_t max_x = vk_device_max_groups_x(be->dev);
     uint32_t gz = (groups + max_x - 1) / max_x;
     uint32_t gx = (groups + gz - 1) / gz;
-    dispatch(be, &be->matmul[mi], bufs, &pc, gx, groups_of(n, MM_TOKENS), gz);
+    dispatch(be, &be->matmul[matmul_form(be, n)][mi], bufs, &pc, gx,
+             groups_of(n, MM_TOKENS), gz);
 }
 
 static void vkb_matmul(struct backend *base, const struct weight *w,

@@ -23,7 +23,9 @@
  *
  * KAKEYA_VK_PROFILE=1 times every dispatch and copy on the GPU (timestamp
  * queries) and the host's recording and waiting, and prints a table per
- * pipeline name to stderr when the device is closed.
+ * pipeline name to stderr when the device is closed. KAKEYA_VK_PROFILE=host
+ * times only the host's recording (split into vk_dispatch, copies and the
+ * caller's own work) and waiting, adding nothing to the GPU's work.
  *
  * Ownership: every _new/_open has its _free/_close, safe on NULL or on a
  * zeroed struct. Errors are values: functions that can fail return 0 or -1

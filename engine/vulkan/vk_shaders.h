@@ -39,10 +39,16 @@ const struct vk_spirv *vk_shader_find(const char *name);
  *           1 X (float, n_tokens rows of n_cols),
  *           2 Y[MM_MAX_MATS] (float, n_tokens rows of n_rows[m]).
  *           Unused array entries may repeat a used buffer.
+ * Forms: matmul_<t> for GPUs, in y-groups of MM_TOKENS tokens; the same
+ * for small batches, which keep fewer partial sums and run faster:
+ * matmul_one_<t> (n_tokens = 1: decode), matmul_t4_<t> and matmul_t8_<t>
+ * (n_tokens <= 4, <= 8; one y-group); each gives a token the bits every
+ * other GPU form gives it, alone or in any batch. matmul_rows_<t>: one
+ * invocation per row, for devices whose invocations are a CPU's SIMD
+ * lanes (lavapipe).
  * grid: row groups of MM_SLOTS rows (MM_GATED: MM_SLOTS / 2 rows of both
- * matrices) for matmul_<t>, MM_ROWWISE_ROWS rows (or row pairs) for
- * matmul_rows_<t> — one invocation per row, for devices whose invocations
- * are a CPU's SIMD lanes (lavapipe). Matrix m's groups are numbered from
+ * matrices) for the GPU forms, MM_ROWWISE_ROWS rows (or row pairs) for
+ * matmul_rows_<t>. Matrix m's groups are numbered from
  * start[m] (start[0] = 0; ~0u for a matrix not in the dispatch; MM_GATED
  * numbers only matrix 0's). groups_y = ceil(n_tokens / MM_TOKENS). Row
  * groups beyond the device's grid width may spill into z: group g = x +
