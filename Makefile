@@ -83,11 +83,13 @@ $(BUILD)/shaders/matmul_rows_%.spv: shaders/matmul.comp $(wildcard shaders/*.gls
 	@mkdir -p $(dir $@)
 	$(GLSLC) $(GLSL_FLAGS) -DMM_ROWWISE -DWTYPE_$(shell echo $* | tr a-z A-Z) $< -o $@
 
-# Tokens per workgroup (MM_NT) and MM_PAIR as vk_shaders.h's table of
-# forms says.
+# Tokens per workgroup (MM_NT), MM_PAIR, and teams sharing an x tile
+# (MM_TEAMS, MM_XT), as vk_matmul_forms in vk_shaders.c says (the teams
+# there must match). MATMUL_DEFS_ is the 16-token form's.
 MATMUL_DEFS_one_ := -DMM_NT=1 -DMM_PAIR
-MATMUL_DEFS_t4_ := -DMM_NT=4 -DMM_PAIR
-MATMUL_DEFS_t8_ := -DMM_NT=8
+MATMUL_DEFS_t4_ := -DMM_NT=4 -DMM_TEAMS=4 -DMM_XT=4
+MATMUL_DEFS_t8_ := -DMM_NT=8 -DMM_TEAMS=4 -DMM_XT=4
+MATMUL_DEFS_ :=
 define MATMUL_FORM_RULE
 $$(BUILD)/shaders/matmul_$(1)%.spv: shaders/matmul.comp $$(wildcard shaders/*.glsl) Makefile
 	@mkdir -p $$(dir $$@)
@@ -96,9 +98,10 @@ $$(BUILD)/shaders/matmul_$(1)%.spv: shaders/matmul.comp $$(wildcard shaders/*.gl
 endef
 $(foreach f,one_ t4_ t8_,$(eval $(call MATMUL_FORM_RULE,$(f))))
 
-$(BUILD)/shaders/matmul_%.spv: shaders/matmul.comp $(wildcard shaders/*.glsl)
+$(BUILD)/shaders/matmul_%.spv: shaders/matmul.comp $(wildcard shaders/*.glsl) Makefile
 	@mkdir -p $(dir $@)
-	$(GLSLC) $(GLSL_FLAGS) -DWTYPE_$(shell echo $* | tr a-z A-Z) $< -o $@
+	$(GLSLC) $(GLSL_FLAGS) $(MATMUL_DEFS_) \
+	    -DWTYPE_$(shell echo $* | tr a-z A-Z) $< -o $@
 
 $(BUILD)/shaders/%.spv: shaders/%.comp $(wildcard shaders/*.glsl)
 	@mkdir -p $(dir $@)

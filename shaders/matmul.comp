@@ -26,6 +26,19 @@
  * of, and in which order, is the same code in every form (only the token
  * count differs), so all give a token the same bits (test_vk_ops).
  *
+ * Teams (-DMM_TEAMS, with -DMM_XT: the t4 and t8 forms): a workgroup of
+ * MM_TEAMS x WG threads, each team of WG doing what a workgroup of the
+ * plain form does on MM_SLOTS rows of its own, while the teams share x:
+ * per WG groups of a row, the workgroup stages MM_XT tokens' x into
+ * shared memory once (coalesced), and every team's threads read it from
+ * there. Each thread still takes the same groups in the same order with
+ * the same values, and each team reduces over its own subgroups, so a
+ * token's bits do not change; what changes is that an x value loaded once
+ * serves MM_TEAMS x MM_SLOTS rows. Measured on the H200 (1B shape, Q8_0):
+ * verifying 8 tokens 3.59 ms against 4.02 with 4 teams and tiles of 4
+ * tokens; tiles of 8 tokens (32 KiB, fewer workgroups per multiprocessor)
+ * were slower than none, 2 teams slower still.
+ *
  * No branch may separate a thread's weight loads from each other: a GPU
  * waits for the loads before a branch before it takes it, which made each
  * slot's row a round trip of its own. So the one per-dispatch choice that
@@ -67,7 +80,11 @@
 #ifndef MM_NT
 #define MM_NT 16
 #endif
+#ifndef MM_TEAMS
+#define MM_TEAMS 1
+#endif
 #define MM_SLOTS uint(MM_NS)
+#define TEAMS uint(MM_TEAMS)
 #define MM_TOKENS uint(MM_NT)
 #define MM_ROWWISE_ROWS 64u
 #define WG 64u
@@ -75,7 +92,7 @@
 #define MM_ADD 1u
 #define MM_GATED 2u
 
-layout(local_size_x = 64) in;
+layout(local_size_x = 64 * MM_TEAMS) in;
 
 /* Up to three matrices, picked by a workgroup-uniform index; Q8_0 reads
  * aligned rows as uvec4s through the second view. */
@@ -479,12 +496,18 @@ void main()
 #else
 #error "matmul.comp: MM_NS is 4"
 #endif
+#define TOKENS_0_3(F) F(0u) F(1u) F(2u) F(3u)
+#define TOKENS_4_7(F) F(4u) F(5u) F(6u) F(7u)
+#define TOKENS_8_11(F) F(8u) F(9u) F(10u) F(11u)
+#define TOKENS_12_15(F) F(12u) F(13u) F(14u) F(15u)
+#define TOKENS_0_7(F) TOKENS_0_3(F) TOKENS_4_7(F)
+#define TOKENS_8_15(F) TOKENS_8_11(F) TOKENS_12_15(F)
 #if MM_NT == 16
 #define TOKENS(F) TOKENS_16(F)
 #elif MM_NT == 8
-#define TOKENS(F) F(0u) F(1u) F(2u) F(3u) F(4u) F(5u) F(6u) F(7u)
+#define TOKENS(F) TOKENS_0_7(F)
 #elif MM_NT == 4
-#define TOKENS(F) F(0u) F(1u) F(2u) F(3u)
+#define TOKENS(F) TOKENS_0_3(F)
 #elif MM_NT == 1
 #define TOKENS(F) F(0u)
 #else
@@ -493,18 +516,41 @@ void main()
 
 /* acc[s * MM_TOKENS + t]: this thread's partial sum for slot s, token
  * t0 + t. Slot s is row r0 + s of matrix m, or for MM_GATED row
- * r0 + s / 2 of matrix s % 2. */
+ * r0 + s / 2 of matrix s % 2 (r0: the thread's team's first row). */
 float acc[MM_SLOTS * MM_TOKENS];
-/* Each subgroup's sums (subgroups of 4+ lanes: at most WG / 4 of them). */
-shared float red[(WG / 4u) * MM_SLOTS * MM_TOKENS];
 
-/* Where the workgroup's slots read: matrix and byte offset of the row. */
+/* Each subgroup's sums (subgroups of 4+ lanes: at most WG MM_TEAMS / 4
+ * of them), RED_FLOATS floats. */
+#define SUMS (MM_SLOTS * MM_TOKENS)
+#define RED_FLOATS ((WG * TEAMS / 4u) * SUMS)
+
+#ifdef MM_XT
+/* The x tile: MM_XT tokens of the WG groups the team's threads take
+ * next, entry (t, r, g) (run r of group g) at xs[(t RUNS + r) WG + g],
+ * so that a team's threads read a run from consecutive addresses (no
+ * shared-memory bank conflicts). Once the tiles are done the subgroups'
+ * sums go here too: one array, 16 KiB for 4 tokens of Q8_0, all that
+ * Vulkan promises (lavapipe allows 32). */
+#define X_TILE (uint(MM_XT) * RUNS * WG)
+shared vec4 xs[X_TILE > RED_FLOATS / 4u ? X_TILE : RED_FLOATS / 4u];
+void red_put(uint i, float v) { xs[i >> 2u][i & 3u] = v; }
+float red_get(uint i) { return xs[i >> 2u][i & 3u]; }
+#else
+shared float red[RED_FLOATS];
+void red_put(uint i, float v) { red[i] = v; }
+float red_get(uint i) { return red[i]; }
+#endif
+
+/* Where the team's slots read: matrix and byte offset of the row. */
 struct slots {
     uint mat[MM_SLOTS], off[MM_SLOTS];
 };
 
 #define LOAD_SLOT(s) values(form, sl.mat[s], sl.off[s], gi, v[s]);
 #define LOAD_SLOT_NEXT(s) values(form, sl.mat[s], sl.off[s], gi + WG, v2[s]);
+
+#ifndef MM_XT
+
 /* Token t of a group: acc[., t] += the slots' values times x[t0 + t].
  * Tokens past nt (a short batch) repeat the last one and their sums are
  * never used: no branch between the tokens' x loads, so they are all in
@@ -533,7 +579,7 @@ void accumulate(const uint form, uint gi, uint t0, uint nt, slots sl)
 void accumulate_row(const uint form, uint t0, uint nt, slots sl)
 {
     const uint ng = n_groups();
-    uint gi = gl_LocalInvocationID.x;
+    uint gi = gl_LocalInvocationID.x % WG;
 #ifdef MM_PAIR
     for (; gi + WG < ng; gi += 2u * WG) {
         vec4 v[MM_SLOTS][RUNS], v2[MM_SLOTS][RUNS];
@@ -550,23 +596,103 @@ void accumulate_row(const uint form, uint t0, uint nt, slots sl)
         accumulate(form, gi, t0, nt, sl);
 }
 
-/* The workgroup's total of acc[j]: the subgroups' sums, in order. */
-float total(uint j)
+#else /* MM_XT: x through shared memory */
+
+/* Stages tokens t0 + tk .. t0 + tk + MM_XT (past nt: the last one again)
+ * of groups g0 .. g0 + WG into xs. The workgroup's threads take the
+ * entries in x's memory order (run fastest), so the loads coalesce;
+ * groups past the row's last read its last group (never used). An entry
+ * past the tile repeats the last one (same value, same place). */
+void stage_x(uint g0, uint tk, uint t0, uint nt)
 {
-    float s = red[j];
-    for (uint k = 1u; k < gl_NumSubgroups; k++)
-        s += red[k * MM_SLOTS * MM_TOKENS + j];
+    const uint ng = n_groups(), threads = WG * TEAMS;
+    [[unroll]] for (uint k = 0u; k < (X_TILE + threads - 1u) / threads; k++) {
+        const uint e = min(k * threads + gl_LocalInvocationID.x, X_TILE - 1u);
+        const uint t = e / (RUNS * WG), g = (e / RUNS) % WG, r = e % RUNS;
+        const uint gi = min(g0 + g, ng - 1u);
+        xs[(t * RUNS + r) * WG + g] =
+            load_x4(t0 + min(tk + t, nt - 1u), run_col(gi, r));
+    }
+}
+
+/* Token t (tile tk's) of group gi: as ACCUMULATE_TOKEN with x from the
+ * tile, and only where the group is in the row (has): a select after the
+ * loads, not a branch between them. */
+#define ACCUMULATE_TILE_TOKEN(t)                                             \
+    {                                                                        \
+        vec4 xv[RUNS];                                                       \
+        [[unroll]] for (uint k = 0u; k < RUNS; k++)                          \
+            xv[k] = xs[(((t) - tk) * RUNS + k) * WG + lane];                 \
+        [[unroll]] for (uint s = 0u; s < MM_SLOTS; s++) {                    \
+            const uint j = s * MM_TOKENS + (t);                              \
+            const float p = group_dot(v[s], xv);                             \
+            acc[j] = has ? acc[j] + p : acc[j];                              \
+        }                                                                    \
+    }
+/* One tile: its tokens (TOKENS_a_b) from tk. The first barrier keeps the
+ * last tile until every thread has read it. */
+#define TILE_STEP(tk_, TOKENS_OF)                                            \
+    {                                                                        \
+        const uint tk = (tk_);                                               \
+        barrier();                                                           \
+        stage_x(g0, tk, t0, nt);                                             \
+        barrier();                                                           \
+        TOKENS_OF(ACCUMULATE_TILE_TOKEN)                                     \
+    }
+#if MM_XT == MM_NT
+#define TILE_STEPS TILE_STEP(0u, TOKENS)
+#elif MM_XT == 4 && MM_NT == 8
+#define TILE_STEPS TILE_STEP(0u, TOKENS_0_3) TILE_STEP(4u, TOKENS_4_7)
+#elif MM_XT == 8 && MM_NT == 16
+#define TILE_STEPS                                                           \
+    TILE_STEP(0u, TOKENS_0_7) TILE_STEP(8u, TOKENS_8_15)
+#elif MM_XT == 4 && MM_NT == 16
+#define TILE_STEPS                                                           \
+    TILE_STEP(0u, TOKENS_0_3) TILE_STEP(4u, TOKENS_4_7)                      \
+    TILE_STEP(8u, TOKENS_8_11) TILE_STEP(12u, TOKENS_12_15)
+#else
+#error "matmul.comp: MM_XT is MM_NT, or 4 or 8 below it"
+#endif
+
+/* The same groups per thread (gi = lane, lane + WG, ...) in the same
+ * order as without tiles, a team's x from the tile all teams share:
+ * every x value loaded once per workgroup serves MM_TEAMS x MM_SLOTS
+ * rows instead of MM_SLOTS. Every thread runs every tile (barriers). */
+void accumulate_row(const uint form, uint t0, uint nt, slots sl)
+{
+    const uint ng = n_groups(), lane = gl_LocalInvocationID.x % WG;
+    for (uint g0 = 0u; g0 < ng; g0 += WG) {
+        const bool has = g0 + lane < ng;
+        const uint gi = min(g0 + lane, ng - 1u);
+        vec4 v[MM_SLOTS][RUNS];
+        SLOTS(LOAD_SLOT)
+        TILE_STEPS
+    }
+    barrier(); /* the subgroups' sums go where the tiles were */
+}
+
+#endif /* MM_XT */
+
+/* Team `team`'s total of acc[j]: its subgroups' sums, in order. A team's
+ * threads are whole subgroups (subgroups of at most WG lanes, numbered
+ * in invocation order). */
+float total(uint team, uint j)
+{
+    const uint per_team = gl_NumSubgroups / TEAMS, first = team * per_team;
+    float s = red_get(first * SUMS + j);
+    for (uint k = 1u; k < per_team; k++)
+        s += red_get((first + k) * SUMS + j);
     return s;
 }
 
 /* Each subgroup's sums of acc, for the tokens in use, into red. */
 void reduce(uint nt)
 {
-    [[unroll]] for (uint j = 0u; j < MM_SLOTS * MM_TOKENS; j++) {
+    [[unroll]] for (uint j = 0u; j < SUMS; j++) {
         if (j % MM_TOKENS < nt) {
             float s = subgroupAdd(acc[j]);
             if (subgroupElect())
-                red[gl_SubgroupID * MM_SLOTS * MM_TOKENS + j] = s;
+                red_put(gl_SubgroupID * SUMS + j, s);
         }
     }
     barrier();
@@ -575,13 +701,15 @@ void reduce(uint nt)
 void main()
 {
     const uint tid = gl_LocalInvocationID.x;
+    const uint lane = tid % WG, team = tid / WG;
     const uint group = gl_WorkGroupID.x + gl_WorkGroupID.z * gl_NumWorkGroups.x;
     const bool gated = pc.mode == MM_GATED;
     const uint m = matrix_of(group);
     const uint per = gated ? MM_SLOTS / 2u : MM_SLOTS;
-    const uint r0 = (group - pc.start[m]) * per;
+    const uint first = (group - pc.start[m]) * per * TEAMS;
+    const uint r0 = first + team * per;
     const uint rows = pc.n_rows[m];
-    if (r0 >= rows)
+    if (first >= rows)
         return;
     const uint t0 = gl_WorkGroupID.y * MM_TOKENS;
     const uint nt = min(MM_TOKENS, pc.n_tokens - t0);
@@ -593,7 +721,7 @@ void main()
         sl.mat[s] = gated ? s % 2u : m;
         sl.off[s] = min(r, rows - 1u) * pc.row_bytes;
     }
-    [[unroll]] for (uint j = 0u; j < MM_SLOTS * MM_TOKENS; j++)
+    [[unroll]] for (uint j = 0u; j < SUMS; j++)
         acc[j] = 0.0;
     const uint form = row_form();
     if (form == 0u)
@@ -604,16 +732,17 @@ void main()
         accumulate_row(2u, t0, nt, sl);
     reduce(nt);
 
-    if (tid >= MM_SLOTS * MM_TOKENS)
+    if (lane >= SUMS)
         return;
-    const uint s = tid / MM_TOKENS, t = tid % MM_TOKENS;
+    const uint s = lane / MM_TOKENS, t = lane % MM_TOKENS;
     if (t >= nt)
         return;
     if (!gated) {
         if (r0 + s < rows)
-            store_sum(m, r0 + s, t0 + t, total(tid));
+            store_sum(m, r0 + s, t0 + t, total(team, lane));
     } else if (s % 2u == 0u && r0 + s / 2u < rows) {
-        store_gated(r0 + s / 2u, t0 + t, total(tid), total(tid + MM_TOKENS));
+        store_gated(r0 + s / 2u, t0 + t, total(team, lane),
+                    total(team, lane + MM_TOKENS));
     }
 }
 

@@ -239,13 +239,27 @@ struct mm_call {
     uint64_t seed;
 };
 
+/* The teams per workgroup of GPU form `shader` (vk_matmul_forms). */
+static uint32_t matmul_teams(const char *shader)
+{
+    const char *rest = shader + strlen("matmul_");
+    for (int f = 0; f < VK_MATMUL_FORMS - 1; f++) {
+        const char *prefix = vk_matmul_forms[f].prefix;
+        if (!strncmp(rest, prefix, strlen(prefix)))
+            return (uint32_t)vk_matmul_forms[f].teams;
+    }
+    return (uint32_t)vk_matmul_forms[VK_MATMUL_FORMS - 1].teams;
+}
+
 static void matmul_on_device(const struct mm_call *c)
 {
     static const int bindings[] = {MM_MAX_MATS, 1, MM_MAX_MATS};
     const size_t row_bytes = dtype_row_bytes(c->type, (uint64_t)c->n_cols);
     const bool rowwise = strstr(c->shader, "_rows_") != NULL;
-    const uint32_t per = rowwise ? MM_ROWWISE_ROWS
-                         : c->mode == MM_GATED ? MM_SLOTS / 2 : MM_SLOTS;
+    const uint32_t per =
+        rowwise ? MM_ROWWISE_ROWS
+                : matmul_teams(c->shader) *
+                      (c->mode == MM_GATED ? MM_SLOTS / 2 : MM_SLOTS);
     const int n_out = c->mode == MM_STORE ? c->n_mats : 1;
     struct vk_buffer bw[MM_MAX_MATS], by[MM_MAX_MATS];
     struct vk_push_matmul push = {.n_cols = (uint32_t)c->n_cols,
@@ -371,12 +385,9 @@ static void check_matmul_small(uint32_t type, const char *shader,
     check_matmul(type, shader, long_cols, 9, max_tokens, seed + 99);
 }
 
-/* The GPU's small-batch forms of matmul_<t>: prefix, most tokens. */
-static const struct {
-    const char *prefix;
-    int max_tokens;
-} small_forms[] = {{"one_", 1}, {"t4_", 4}, {"t8_", 8}};
-enum { N_SMALL_FORMS = sizeof small_forms / sizeof small_forms[0] };
+/* The GPU's small-batch forms of matmul_<t>: all but the last of
+ * vk_matmul_forms. */
+enum { N_SMALL_FORMS = VK_MATMUL_FORMS - 1 };
 
 /* Every form of the shader: matmul_<t> and its small-batch forms (GPUs)
  * and matmul_rows_<t>. */
@@ -389,8 +400,8 @@ static void check_matmul_shapes(uint32_t type, const char *shader,
     snprintf(name, sizeof name, "matmul_rows_%s", t);
     check_matmul_variant(type, name, short_cols, long_cols);
     for (int f = 0; f < N_SMALL_FORMS; f++) {
-        snprintf(name, sizeof name, "matmul_%s%s", small_forms[f].prefix, t);
-        check_matmul_small(type, name, small_forms[f].max_tokens, short_cols,
+        snprintf(name, sizeof name, "matmul_%s%s", vk_matmul_forms[f].prefix, t);
+        check_matmul_small(type, name, vk_matmul_forms[f].max_tokens, short_cols,
                            long_cols);
     }
 }
@@ -1300,8 +1311,8 @@ static void test_matmul_gives_a_token_the_same_bits_alone_and_in_a_batch(
         check_same_bits_by_parts(rows, rows, 1, &d);
         for (int f = 0; f < N_SMALL_FORMS; f++) {
             snprintf(small, sizeof small, "matmul_%s%s",
-                     small_forms[f].prefix, cases[c].name);
-            check_same_bits_by_parts(gpu, small, small_forms[f].max_tokens,
+                     vk_matmul_forms[f].prefix, cases[c].name);
+            check_same_bits_by_parts(gpu, small, vk_matmul_forms[f].max_tokens,
                                      &d);
         }
         mm_data_free(&d);

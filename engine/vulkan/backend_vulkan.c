@@ -42,13 +42,8 @@ static const struct {
 };
 enum { N_MATMUL = sizeof matmul_shaders / sizeof matmul_shaders[0] };
 
-/* The GPU's matmul forms by batch size (vk_shaders.h): the first whose
- * max_tokens holds the batch runs it; the last takes any batch. */
-static const struct {
-    const char *prefix;
-    int max_tokens;
-} gpu_forms[] = {{"one_", 1}, {"t4_", 4}, {"t8_", 8}, {"", MM_TOKENS}};
-enum { N_GPU_FORMS = sizeof gpu_forms / sizeof gpu_forms[0] };
+/* The GPU's matmul forms by batch size: vk_matmul_forms (vk_shaders.h). */
+enum { N_GPU_FORMS = VK_MATMUL_FORMS };
 
 struct rope_table {
     float base;
@@ -62,7 +57,7 @@ struct vk_backend {
     struct vk_model *weights;
     char name[300];
     /* The matmul forms: cooperating workgroups on a GPU, one form per
-     * batch size (gpu_forms), or one invocation per row on a CPU-backed
+     * batch size (vk_matmul_forms), or one invocation per row on a CPU-backed
      * device (vk_shaders.h; then only matmul[0] is made). */
     bool matmul_rowwise;
     struct vk_pipeline matmul[N_GPU_FORMS][N_MATMUL];
@@ -207,7 +202,7 @@ static int make_pipelines(struct vk_backend *be, struct kk_error *err)
     bool rowwise = vk_device_is_cpu(be->dev);
     be->matmul_rowwise = rowwise;
     for (int f = 0; f < (rowwise ? 1 : N_GPU_FORMS); f++)
-        if (make_matmul_pipelines(be, rowwise ? "rows_" : gpu_forms[f].prefix,
+        if (make_matmul_pipelines(be, rowwise ? "rows_" : vk_matmul_forms[f].prefix,
                                   be->matmul[f], err))
             return -1;
     return make_pipeline(be, "rmsnorm", 3, sizeof(struct vk_push_rmsnorm),
@@ -539,7 +534,7 @@ static int matmul_form(const struct vk_backend *be, int n)
 {
     int f = 0;
     while (!be->matmul_rowwise && f + 1 < N_GPU_FORMS &&
-           n > gpu_forms[f].max_tokens)
+           n > vk_matmul_forms[f].max_tokens)
         f++;
     return f;
 }
@@ -552,13 +547,15 @@ static void record_matmul(struct vk_backend *be, uint32_t mode, int count,
                           const struct be_tensor *x, int n,
                           struct be_tensor *const *y, bool use_gelu)
 {
-    const int mi = matmul_index(w[0]->type);
+    const int mi = matmul_index(w[0]->type), form = matmul_form(be, n);
     struct vk_push_matmul pc = {.n_cols = (uint32_t)w[0]->n_cols,
                                 .row_bytes = (uint32_t)w[0]->row_bytes,
                                 .n_tokens = (uint32_t)n, .mode = mode,
                                 .use_gelu = use_gelu};
-    const uint32_t per = be->matmul_rowwise ? MM_ROWWISE_ROWS
-                         : mode == MM_GATED ? MM_SLOTS / 2 : MM_SLOTS;
+    const uint32_t per =
+        be->matmul_rowwise ? MM_ROWWISE_ROWS
+                           : (uint32_t)vk_matmul_forms[form].teams *
+                                 (mode == MM_GATED ? MM_SLOTS / 2 : MM_SLOTS);
     const struct vk_buffer *bufs[2 * MM_MAX_MATS + 1];
     uint32_t groups = 0;
     for (int m = 0; m < MM_MAX_MATS; m++) {
@@ -585,7 +582,7 @@ static void record_matmul(struct vk_backend *be, uint32_t mode, int count,
     uint32_t max_x = vk_device_max_groups_x(be->dev);
     uint32_t gz = (groups + max_x - 1) / max_x;
     uint32_t gx = (groups + gz - 1) / gz;
-    dispatch(be, &be->matmul[matmul_form(be, n)][mi], bufs, &pc, gx,
+    dispatch(be, &be->matmul[form][mi], bufs, &pc, gx,
              groups_of(n, MM_TOKENS), gz);
 }
 

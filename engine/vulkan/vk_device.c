@@ -15,6 +15,7 @@
 #include <time.h>
 
 #include "error.h"
+#include "vk_shaders.h"
 
 /* Buffers under VK_OWN_ALLOCATION_BYTES share blocks of VK_BLOCK_BYTES:
  * a model has hundreds of tensors and a device may allow as few as 4096
@@ -407,6 +408,14 @@ static void describe(const struct vk_device *d, VkPhysicalDevice pd,
     if (!features.shaderStorageBufferArrayDynamicIndexing)
         append_reason(info->why_not, sizeof info->why_not,
                       "it cannot index arrays of storage buffers");
+    /* The matmul's batched forms run teams of 64 invocations in one
+     * workgroup (vk_shaders.h); Vulkan promises only 128. */
+    const uint32_t wg = (uint32_t)vk_matmul_max_invocations();
+    if (props.limits.maxComputeWorkGroupInvocations < wg ||
+        props.limits.maxComputeWorkGroupSize[0] < wg)
+        append_reason(info->why_not, sizeof info->why_not,
+                      "it allows %u invocations per workgroup, kakeya needs "
+                      "%u", props.limits.maxComputeWorkGroupInvocations, wg);
     info->is_usable = info->why_not[0] == 0;
 }
 

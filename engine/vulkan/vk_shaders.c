@@ -45,3 +45,15 @@ const struct vk_spirv *vk_shader_find(const char *name)
             return &spirv[i];
     return NULL;
 }
+
+const struct vk_matmul_form vk_matmul_forms[VK_MATMUL_FORMS] = {
+    {"one_", 1, 1}, {"t4_", 4, 4}, {"t8_", 8, 4}, {"", MM_TOKENS, 1}};
+
+int vk_matmul_max_invocations(void)
+{
+    int teams = 1;
+    for (int f = 0; f < VK_MATMUL_FORMS; f++)
+        if (vk_matmul_forms[f].teams > teams)
+            teams = vk_matmul_forms[f].teams;
+    return 64 * teams;
+}

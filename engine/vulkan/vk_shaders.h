@@ -46,11 +46,11 @@ const struct vk_spirv *vk_shader_find(const char *name);
  * other GPU form gives it, alone or in any batch. matmul_rows_<t>: one
  * invocation per row, for devices whose invocations are a CPU's SIMD
  * lanes (lavapipe).
- * grid: row groups of MM_SLOTS rows (MM_GATED: MM_SLOTS / 2 rows of both
- * matrices) for the GPU forms, MM_ROWWISE_ROWS rows (or row pairs) for
- * matmul_rows_<t>. Matrix m's groups are numbered from
- * start[m] (start[0] = 0; ~0u for a matrix not in the dispatch; MM_GATED
- * numbers only matrix 0's). groups_y = ceil(n_tokens / MM_TOKENS). Row
+ * grid: row groups of teams x MM_SLOTS rows (MM_GATED: teams x MM_SLOTS
+ * / 2 rows of both matrices) for the GPU forms (teams: vk_matmul_forms),
+ * MM_ROWWISE_ROWS rows (or row pairs) for matmul_rows_<t>. Matrix m's
+ * groups are numbered from start[m] (start[0] = 0; ~0u for a matrix not
+ * in the dispatch; MM_GATED numbers only matrix 0's). groups_y = ceil(n_tokens / MM_TOKENS). Row
  * groups beyond the device's grid width may spill into z: group g = x +
  * z * groups_x; a group past its matrix's last row does nothing. */
 enum { MM_SLOTS = 4, MM_TOKENS = 16, MM_ROWWISE_ROWS = 64, MM_MAX_MATS = 3 };
@@ -61,6 +61,21 @@ struct vk_push_matmul {
     uint32_t start[MM_MAX_MATS];
     uint32_t use_gelu;
 };
+
+/* The GPU forms of matmul_<t> by batch size, smallest first: the first
+ * whose max_tokens holds a batch runs it, the last takes any batch in
+ * y-groups of MM_TOKENS. A workgroup is `teams` teams of 64 threads, each
+ * team on MM_SLOTS rows of its own (the Makefile's MATMUL_DEFS_ compile
+ * each form to match: -DMM_TEAMS). */
+struct vk_matmul_form {
+    const char *prefix;   /* the shader is matmul_<prefix><t> */
+    int max_tokens, teams;
+};
+enum { VK_MATMUL_FORMS = 4 };
+extern const struct vk_matmul_form vk_matmul_forms[VK_MATMUL_FORMS];
+
+/* The most invocations any matmul workgroup has (64 x the most teams). */
+int vk_matmul_max_invocations(void);
 
 /* rmsnorm: y = x / sqrt(mean(x^2) + eps) * w over each of n_groups groups
  * of dim values. bindings: 0 X (float), 1 Y (float; may be the same buffer
