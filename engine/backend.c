@@ -144,7 +144,8 @@ void be_gated_matmul(struct backend *be, const struct weight *w_gate,
                      int n, struct be_tensor *gate, struct be_tensor *up,
                      bool use_gelu)
 {
-    if (be->ops->gated_matmul) {
+    if (be->ops->gated_matmul && w_gate->type == w_up->type &&
+        w_gate->n_cols == w_up->n_cols && w_gate->n_rows == w_up->n_rows) {
         be->ops->gated_matmul(be, w_gate, w_up, x, n, gate, up, use_gelu);
         return;
     }

@@ -5,7 +5,9 @@
  * struct and fills a static table of ops; every op has the meaning and the
  * arguments of its be_ / backend_ counterpart in backend.h. The fused ops
  * (matmul_add, gated_matmul, rope_kv_store) may be NULL: backend.c then
- * runs the ops they stand for, one after another. */
+ * runs the ops they stand for, one after another. gated_matmul is only
+ * given gate and up matrices of one type and shape (a mixed-type file's
+ * pair goes the separate way). */
 #ifndef KK_BACKEND_IMPL_H
 #define KK_BACKEND_IMPL_H
 

@@ -154,21 +154,35 @@ static int64_t upload_alloc(struct vk_backend *be, size_t bytes)
 
 static const struct backend_ops vk_ops;
 
-static int make_pipeline(struct vk_backend *be, const char *shader,
-                         int n_buffers, uint32_t push_bytes,
-                         struct vk_pipeline *out, struct kk_error *err)
+/* The pipeline of a built-in shader with n_bindings storage bindings:
+ * arrays of count[i] buffers, or single buffers where count is NULL. */
+static int make_pipeline_arrays(struct vk_backend *be, const char *shader,
+                                int n_bindings, const int *count,
+                                uint32_t push_bytes, struct vk_pipeline *out,
+                                struct kk_error *err)
 {
     const struct vk_spirv *code = vk_shader_find(shader);
     if (!code)
         return kk_fail(err, "internal: shader '%s' is not in this build",
                        shader);
-    if (vk_pipeline_new(be->dev, code->code, code->bytes, n_buffers,
-                        push_bytes, out, err)) {
+    if (count ? vk_pipeline_new_arrays(be->dev, code->code, code->bytes,
+                                       n_bindings, count, push_bytes, out,
+                                       err)
+              : vk_pipeline_new(be->dev, code->code, code->bytes, n_bindings,
+                                push_bytes, out, err)) {
         kk_error_prefix(err, shader);
         return -1;
     }
     snprintf(out->name, sizeof out->name, "%s", shader);
     return 0;
+}
+
+static int make_pipeline(struct vk_backend *be, const char *shader,
+                         int n_buffers, uint32_t push_bytes,
+                         struct vk_pipeline *out, struct kk_error *err)
+{
+    return make_pipeline_arrays(be, shader, n_buffers, NULL, push_bytes, out,
+                                err);
 }
 
 /* matmul_<form><type> for every weight type into ps. */
@@ -181,18 +195,9 @@ static int make_matmul_pipelines(struct vk_backend *be, const char *form,
         char name[64];
         snprintf(name, sizeof name, "matmul_%s%s", form,
                  matmul_shaders[i].name);
-        const struct vk_spirv *code = vk_shader_find(name);
-        if (!code)
-            return kk_fail(err, "internal: shader '%s' is not in this build",
-                           name);
-        if (vk_pipeline_new_arrays(be->dev, code->code, code->bytes, 3,
-                                   matmul_bindings,
-                                   sizeof(struct vk_push_matmul), &ps[i],
-                                   err)) {
-            kk_error_prefix(err, name);
+        if (make_pipeline_arrays(be, name, 3, matmul_bindings,
+                                 sizeof(struct vk_push_matmul), &ps[i], err))
             return -1;
-        }
-        snprintf(ps[i].name, sizeof ps[i].name, "%s", name);
     }
     return 0;
 }
@@ -618,24 +623,15 @@ static void vkb_matmul_add(struct backend *base, const struct weight *w,
     record_matmul(vkb(base), MM_ADD, 1, &w, x, n, &acc, false);
 }
 
-static void vkb_gated_act(struct backend *base, struct be_tensor *gate,
-                          const struct be_tensor *up, int64_t count,
-                          bool use_gelu);
-
 static void vkb_gated_matmul(struct backend *base, const struct weight *w_gate,
                              const struct weight *w_up,
                              const struct be_tensor *x, int n,
                              struct be_tensor *gate, struct be_tensor *up,
                              bool use_gelu)
 {
+    (void)up;
     const struct weight *w[] = {w_gate, w_up};
-    if (w_gate->type == w_up->type && w_gate->n_cols == w_up->n_cols &&
-        w_gate->n_rows == w_up->n_rows) {
-        record_matmul(vkb(base), MM_GATED, 2, w, x, n, &gate, use_gelu);
-        return;
-    }
-    vkb_matmul_multi(base, 2, w, x, n, (struct be_tensor *const[]){gate, up});
-    vkb_gated_act(base, gate, up, (int64_t)n * w_gate->n_rows, use_gelu);
+    record_matmul(vkb(base), MM_GATED, 2, w, x, n, &gate, use_gelu);
 }
 
 static void vkb_copy_rows(struct backend *base, struct be_tensor *dst,

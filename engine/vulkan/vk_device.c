@@ -350,42 +350,45 @@ static void describe(const struct vk_device *d, VkPhysicalDevice pd,
         free(ext);
     }
 
-    /* The matmul shader reduces with subgroupAdd and picks one of several
-     * matrices by a workgroup-uniform index into an array of buffers. */
+    /* One query for what Vulkan 1.1 reports beyond the core properties:
+     * the subgroup operations (the matmul shader reduces with subgroupAdd
+     * and picks one of several matrices by a workgroup-uniform index into
+     * an array of buffers) and, where known, the driver's name. */
     bool has_arith = false;
+    VkPhysicalDeviceSubgroupProperties sub = {
+        .sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SUBGROUP_PROPERTIES,
+    };
+    VkPhysicalDeviceDriverProperties driver = {
+        .sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_DRIVER_PROPERTIES,
+    };
+    const bool ask_sub = props.apiVersion >= VK_API_VERSION_1_1;
+    const bool ask_driver =
+        props.apiVersion >= VK_API_VERSION_1_2 || has_driver_props;
     if (d->fn.vkGetPhysicalDeviceProperties2 &&
-        d->instance_api >= VK_API_VERSION_1_1 &&
-        props.apiVersion >= VK_API_VERSION_1_1) {
-        VkPhysicalDeviceSubgroupProperties sub = {
-            .sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SUBGROUP_PROPERTIES,
-        };
+        d->instance_api >= VK_API_VERSION_1_1 && (ask_sub || ask_driver)) {
         VkPhysicalDeviceProperties2 p2 = {
             .sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_PROPERTIES_2,
-            .pNext = &sub,
         };
+        /* chain: p2 -> [sub] -> [driver] */
+        void **next = &p2.pNext;
+        if (ask_sub) {
+            *next = &sub;
+            next = &sub.pNext;
+        }
+        if (ask_driver)
+            *next = &driver;
         d->fn.vkGetPhysicalDeviceProperties2(pd, &p2);
-        has_arith = (sub.supportedStages & VK_SHADER_STAGE_COMPUTE_BIT) &&
+        has_arith = ask_sub &&
+                    (sub.supportedStages & VK_SHADER_STAGE_COMPUTE_BIT) &&
                     (sub.supportedOperations &
                      VK_SUBGROUP_FEATURE_ARITHMETIC_BIT);
+        if (ask_driver)
+            snprintf(info->driver, sizeof info->driver, "%.63s%s%.63s",
+                     driver.driverName, driver.driverInfo[0] ? " " : "",
+                     driver.driverInfo);
     }
     VkPhysicalDeviceFeatures features;
     d->fn.vkGetPhysicalDeviceFeatures(pd, &features);
-
-    if (d->fn.vkGetPhysicalDeviceProperties2 &&
-        d->instance_api >= VK_API_VERSION_1_1 &&
-        (props.apiVersion >= VK_API_VERSION_1_2 || has_driver_props)) {
-        VkPhysicalDeviceDriverProperties driver = {
-            .sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_DRIVER_PROPERTIES,
-        };
-        VkPhysicalDeviceProperties2 p2 = {
-            .sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_PROPERTIES_2,
-            .pNext = &driver,
-        };
-        d->fn.vkGetPhysicalDeviceProperties2(pd, &p2);
-        snprintf(info->driver, sizeof info->driver, "%.63s%s%.63s",
-                 driver.driverName, driver.driverInfo[0] ? " " : "",
-                 driver.driverInfo);
-    }
 
     if (props.apiVersion < VK_API_VERSION_1_1)
         append_reason(info->why_not, sizeof info->why_not,
