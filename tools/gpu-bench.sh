@@ -18,6 +18,9 @@
 # KK_GPU_MODELS  shapes to benchmark (default "smollm2-360m llama3.2-1b")
 # KK_PACK_LOGS   also pack every log into this one .tar.gz
 # KK_GPU_CPU_BENCH=0  skip the CPU benchmarks of the shapes
+# KK_GPU_SPEC=0  skip speculative vs plain on the default models (~3 min)
+# KK_GPU_PROFILE=1  also time every dispatch of each shape's quick bench
+#                (KAKEYA_VK_PROFILE=1; the table is in profile-SHAPE.err)
 #
 # With .gpu/ present the binaries and libraries come from it; otherwise the
 # script builds here (a machine with the -dev packages). NVIDIA's stock ICD
@@ -63,7 +66,7 @@ step() { # name, command...: runs one step, logs it, remembers a failure
         echo "   ok ($((SECONDS - t0)) s)"
     else
         echo "   FAILED ($((SECONDS - t0)) s); last lines:"
-        tail -15 "$OUT/$name.txt" "$OUT/$name.err" | sed 's/^/   | /'
+        tail -n 15 "$OUT/$name.txt" "$OUT/$name.err" | sed 's/^/   | /'
         status=1
     fi
 }
@@ -80,6 +83,9 @@ for shape in $MODELS; do
         > /dev/null || { echo "mkmodel $shape failed"; status=1; continue; }
     step "bench-vulkan-$shape" "$K" bench -m "$f" --backend vulkan \
         "${bw_args[@]}"
+    [ "${KK_GPU_PROFILE:-0}" = 1 ] &&
+        step "profile-$shape" env KAKEYA_VK_PROFILE=1 "$K" bench -m "$f" \
+            --backend vulkan --quick "${bw_args[@]}"
     [ "${KK_GPU_CPU_BENCH:-1}" = 0 ] ||
         step "bench-cpu-$shape" "$K" bench -m "$f" --backend cpu \
             -t "$THREADS" --quick
@@ -92,7 +98,7 @@ if [ -f data/models/kakeya-chat.gguf ]; then
 fi
 
 # Speculative vs plain on the default models, on the GPU.
-if [ -f data/models/kakeya-chat.gguf ]; then
+if [ -f data/models/kakeya-chat.gguf ] && [ "${KK_GPU_SPEC:-1}" != 0 ]; then
     step bench-spec-vulkan "$K" bench --backend vulkan \
         --spec-model data/models/kakeya-chat.gguf \
         --draft data/models/kakeya-draft.gguf
