@@ -1219,20 +1219,23 @@ static void test_matmul_fused_forms_give_the_bits_of_separate_ops(
 {
     (void)state;
     REQUIRE_DEVICE();
-    static const char *forms[] = {"", "rows_", "one_", "t4_", "t8_"};
-    static const int most[] = {17, 17, 1, 4, 8};
-    for (int f = 0; f < 5; f++) {
-        /* the small-batch forms take at most most[f] tokens */
-        const int more = most[f], some = most[f] < 5 ? most[f] : 5;
+    /* every GPU form (vk_matmul_forms), then the rowwise one; the
+     * batched forms take 17 tokens, the small-batch ones their most */
+    for (int f = 0; f <= VK_MATMUL_FORMS; f++) {
+        const bool rows = f == VK_MATMUL_FORMS;
+        const char *prefix = rows ? "rows_" : vk_matmul_forms[f].prefix;
+        const int most = rows || f == VK_MATMUL_FORMS - 1
+                             ? 17 : vk_matmul_forms[f].max_tokens;
+        const int more = most, some = most < 5 ? most : 5;
         char q8[64], f16[64], q4k[64];
-        snprintf(q8, sizeof q8, "matmul_%sq8_0", forms[f]);
-        snprintf(f16, sizeof f16, "matmul_%sf16", forms[f]);
-        snprintf(q4k, sizeof q4k, "matmul_%sq4_k", forms[f]);
+        snprintf(q8, sizeof q8, "matmul_%sq8_0", prefix);
+        snprintf(f16, sizeof f16, "matmul_%sf16", prefix);
+        snprintf(q4k, sizeof q4k, "matmul_%sq4_k", prefix);
         check_fused_forms(q8, KK_Q8_0, 32 * 67, 1, 11);
         check_fused_forms(q8, KK_Q8_0, 32 * 12, more, 12);
         check_fused_forms(q8, KK_Q8_0, 32 * 64, some, 15);
         check_fused_forms(f16, KK_F16, 1000, some, 13);
-        check_fused_forms(q4k, KK_Q4_K, 256 * 3, most[f] < 3 ? most[f] : 3,
+        check_fused_forms(q4k, KK_Q4_K, 256 * 3, most < 3 ? most : 3,
                           14);
     }
 }
