@@ -114,17 +114,39 @@ void be_embed(struct backend *be, const struct weight *w,
     be->ops->embed(be, w, tokens, n, scale, x);
 }
 
-void be_matmul(struct backend *be, const struct weight *w,
-               const struct be_tensor *x, int n, struct be_tensor *y)
+/* What a matmul op multiplies: x with the norm for the op to fold (the
+ * backend folds norms), or norm's rows of x made first (it does not; then
+ * *fold is NULL). */
+static const struct be_tensor *matmul_input(struct backend *be,
+                                            const struct be_tensor *x,
+                                            const struct be_norm *norm, int n,
+                                            const struct be_norm **fold)
 {
-    be->ops->matmul(be, w, x, n, y);
+    *fold = be->ops->folds_norm ? norm : NULL;
+    if (!norm || be->ops->folds_norm)
+        return x;
+    be->ops->rmsnorm(be, norm->out, x, norm->weight, n, (int)x->width,
+                     norm->eps);
+    return norm->out;
+}
+
+void be_matmul(struct backend *be, const struct weight *w,
+               const struct be_tensor *x, const struct be_norm *norm, int n,
+               struct be_tensor *y)
+{
+    const struct be_norm *fold;
+    x = matmul_input(be, x, norm, n, &fold);
+    be->ops->matmul(be, w, x, fold, n, y);
 }
 
 void be_matmul_multi(struct backend *be, int count,
                      const struct weight *const *w, const struct be_tensor *x,
-                     int n, struct be_tensor *const *y)
+                     const struct be_norm *norm, int n,
+                     struct be_tensor *const *y)
 {
-    be->ops->matmul_multi(be, count, w, x, n, y);
+    const struct be_norm *fold;
+    x = matmul_input(be, x, norm, n, &fold);
+    be->ops->matmul_multi(be, count, w, x, fold, n, y);
 }
 
 void be_matmul_add(struct backend *be, const struct weight *w,
@@ -135,22 +157,25 @@ void be_matmul_add(struct backend *be, const struct weight *w,
         be->ops->matmul_add(be, w, x, n, tmp, acc);
         return;
     }
-    be->ops->matmul(be, w, x, n, tmp);
+    be->ops->matmul(be, w, x, NULL, n, tmp);
     be->ops->add(be, acc, tmp, (int64_t)n * w->n_rows);
 }
 
 void be_gated_matmul(struct backend *be, const struct weight *w_gate,
                      const struct weight *w_up, const struct be_tensor *x,
-                     int n, struct be_tensor *gate, struct be_tensor *up,
-                     bool use_gelu)
+                     const struct be_norm *norm, int n, struct be_tensor *gate,
+                     struct be_tensor *up, bool use_gelu)
 {
+    const struct be_norm *fold;
+    x = matmul_input(be, x, norm, n, &fold);
     if (be->ops->gated_matmul && w_gate->type == w_up->type &&
         w_gate->n_cols == w_up->n_cols && w_gate->n_rows == w_up->n_rows) {
-        be->ops->gated_matmul(be, w_gate, w_up, x, n, gate, up, use_gelu);
+        be->ops->gated_matmul(be, w_gate, w_up, x, fold, n, gate, up,
+                              use_gelu);
         return;
     }
     const struct weight *w[] = {w_gate, w_up};
-    be->ops->matmul_multi(be, 2, w, x, n,
+    be->ops->matmul_multi(be, 2, w, x, fold, n,
                           (struct be_tensor *const[]){gate, up});
     be->ops->gated_act(be, gate, up, (int64_t)n * w_gate->n_rows, use_gelu);
 }

@@ -106,17 +106,32 @@ const float *be_read(struct backend *be, const struct be_tensor *t, int rows);
 void be_embed(struct backend *be, const struct weight *w,
               const int32_t *tokens, int n, float scale, struct be_tensor *x);
 
-/* y[t][r] = W[r] · x[t] for n rows of x (width w->n_cols); y has width
- * w->n_rows. Reads each weight row once for the whole batch. */
+/* A norm for a matmul to apply to its input first: each row of x
+ * RMS-normed by weight (x->width values), as be_rmsnorm computes it. A
+ * backend that folds the norm into the matmul reads x alone (a GPU saves
+ * a dispatch); one that does not writes the normed rows to `out` first
+ * (out may be x) and multiplies those. Either way out holds nothing the
+ * caller may read afterwards. */
+struct be_norm {
+    const float *weight;
+    float eps;
+    struct be_tensor *out;
+};
+
+/* y[t][r] = W[r] · x[t] for n rows of x (width w->n_cols), each normed
+ * first when norm is not NULL; y has width w->n_rows. Reads each weight
+ * row once for the whole batch. */
 void be_matmul(struct backend *be, const struct weight *w,
-               const struct be_tensor *x, int n, struct be_tensor *y);
+               const struct be_tensor *x, const struct be_norm *norm, int n,
+               struct be_tensor *y);
 
 /* be_matmul for `count` (at most 4) matrices that multiply the same x (q,
  * k and v; ffn gate and up): y[i] = w[i] · x, the results of separate
  * be_matmul calls, in one pass over the threads. */
 void be_matmul_multi(struct backend *be, int count,
                      const struct weight *const *w, const struct be_tensor *x,
-                     int n, struct be_tensor *const *y);
+                     const struct be_norm *norm, int n,
+                     struct be_tensor *const *y);
 
 /* acc += W · x for n rows of x: be_matmul into tmp (width w->n_rows), then
  * be_add into acc, which a device backend does as one op. tmp's contents
@@ -124,13 +139,14 @@ void be_matmul_multi(struct backend *be, int count,
 void be_matmul_add(struct backend *be, const struct weight *w,
                    const struct be_tensor *x, int n, struct be_tensor *tmp,
                    struct be_tensor *acc);
-/* gate = act(w_gate · x) * (w_up · x) for n rows of x, act as in
- * be_gated_act: be_matmul_multi then be_gated_act, one op on a device
- * backend. up's contents are unspecified afterwards. */
+/* gate = act(w_gate · x) * (w_up · x) for n rows of x (normed first when
+ * norm is not NULL), act as in be_gated_act: be_matmul_multi then
+ * be_gated_act, one op on a device backend. up's contents are unspecified
+ * afterwards. */
 void be_gated_matmul(struct backend *be, const struct weight *w_gate,
                      const struct weight *w_up, const struct be_tensor *x,
-                     int n, struct be_tensor *gate, struct be_tensor *up,
-                     bool use_gelu);
+                     const struct be_norm *norm, int n, struct be_tensor *gate,
+                     struct be_tensor *up, bool use_gelu);
 /* Copies rows row0 .. row0+n-1 of src to rows 0 .. n-1 of dst. */
 void be_copy_rows(struct backend *be, struct be_tensor *dst,
                   const struct be_tensor *src, int row0, int n);

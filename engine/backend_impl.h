@@ -7,7 +7,9 @@
  * (matmul_add, gated_matmul, rope_kv_store) may be NULL: backend.c then
  * runs the ops they stand for, one after another. gated_matmul is only
  * given gate and up matrices of one type and shape (a mixed-type file's
- * pair goes the separate way). */
+ * pair goes the separate way). matmul, matmul_multi and gated_matmul are
+ * given a norm only by a backend whose table sets folds_norm; for the
+ * others backend.c runs rmsnorm first and passes NULL. */
 #ifndef KK_BACKEND_IMPL_H
 #define KK_BACKEND_IMPL_H
 
@@ -38,18 +40,22 @@ struct backend_ops {
     void (*embed)(struct backend *be, const struct weight *w,
                   const int32_t *tokens, int n, float scale,
                   struct be_tensor *x);
+    bool folds_norm;
     void (*matmul)(struct backend *be, const struct weight *w,
-                   const struct be_tensor *x, int n, struct be_tensor *y);
+                   const struct be_tensor *x, const struct be_norm *norm,
+                   int n, struct be_tensor *y);
     void (*matmul_multi)(struct backend *be, int count,
                          const struct weight *const *w,
-                         const struct be_tensor *x, int n,
+                         const struct be_tensor *x,
+                         const struct be_norm *norm, int n,
                          struct be_tensor *const *y);
     void (*matmul_add)(struct backend *be, const struct weight *w,
                        const struct be_tensor *x, int n,
                        struct be_tensor *tmp, struct be_tensor *acc);
     void (*gated_matmul)(struct backend *be, const struct weight *w_gate,
                          const struct weight *w_up,
-                         const struct be_tensor *x, int n,
+                         const struct be_tensor *x,
+                         const struct be_norm *norm, int n,
                          struct be_tensor *gate, struct be_tensor *up,
                          bool use_gelu);
     void (*rope_kv_store)(struct backend *be, struct kv_cache *kv, int il,

@@ -105,13 +105,13 @@ static void block_output(struct forward *f, const struct weight *w,
         be_matmul_add(f->be, w, in, n, f->o, f->x);
         return;
     }
-    be_matmul(f->be, w, in, n, f->o);
+    be_matmul(f->be, w, in, NULL, n, f->o);
     be_rmsnorm(f->be, f->o, f->o, post_norm, n, hp->n_embd, hp->rms_eps);
     be_add(f->be, f->x, f->o, (int64_t)n * hp->n_embd);
 }
 
-/* Attention block of layer il: x += attention(h), storing this batch's
- * keys and values. */
+/* Attention block of layer il: x += attention(norm(x)), storing this
+ * batch's keys and values. */
 static void attention_block(struct forward *f, struct kv_cache *kv, int il,
                             int n, int pos0)
 {
@@ -121,7 +121,8 @@ static void attention_block(struct forward *f, struct kv_cache *kv, int il,
     struct backend *be = f->be;
 
     const struct weight *qkv[] = {&L->wq, &L->wk, &L->wv};
-    be_matmul_multi(be, 3, qkv, f->h, n,
+    const struct be_norm norm = {L->attn_norm, hp->rms_eps, f->h};
+    be_matmul_multi(be, 3, qkv, f->x, &norm, n,
                     (struct be_tensor *const[]){f->q, f->k, f->v});
     if (L->bq)
         be_add_row(be, f->q, L->bq, n, hp->n_head * hd);
@@ -145,12 +146,13 @@ static void attention_block(struct forward *f, struct kv_cache *kv, int il,
     block_output(f, &L->wo, f->att, L->post_attn_norm, n);
 }
 
-/* Feed-forward block of layer il: x += ffn(h). */
+/* Feed-forward block of layer il: x += ffn(norm(x)). */
 static void ffn_block(struct forward *f, int il, int n)
 {
     const struct layer *L = &f->m->layers[il];
-    be_gated_matmul(f->be, &L->ffn_gate, &L->ffn_up, f->h, n, f->gate, f->up,
-                    f->m->hp.uses_gelu);
+    const struct be_norm norm = {L->ffn_norm, f->m->hp.rms_eps, f->h};
+    be_gated_matmul(f->be, &L->ffn_gate, &L->ffn_up, f->x, &norm, n, f->gate,
+                    f->up, f->m->hp.uses_gelu);
     block_output(f, &L->ffn_down, f->gate, L->post_ffn_norm, n);
 }
 
@@ -205,17 +207,18 @@ int forward_run(struct forward *f, struct kv_cache *kv, const int32_t *tokens,
     be_begin(be);
     be_embed(be, &m->tok_embd, tokens, n, hp->embd_scale, f->x);
     for (int il = 0; il < hp->n_layer; il++) {
-        const struct layer *L = &m->layers[il];
-        be_rmsnorm(be, f->h, f->x, L->attn_norm, n, hp->n_embd, hp->rms_eps);
         attention_block(f, kv, il, n, pos0);
-        be_rmsnorm(be, f->h, f->x, L->ffn_norm, n, hp->n_embd, hp->rms_eps);
         ffn_block(f, il, n);
     }
     if (n_out > 0) {
-        be_copy_rows(be, f->h, f->x, logits_from, n_out);
-        be_rmsnorm(be, f->h, f->h, m->output_norm, n_out, hp->n_embd,
-                   hp->rms_eps);
-        be_matmul(be, &m->output, f->h, n_out, f->logits);
+        /* the rows asked for, moved to the front unless they are there */
+        const struct be_tensor *rows = f->x;
+        if (logits_from > 0) {
+            be_copy_rows(be, f->h, f->x, logits_from, n_out);
+            rows = f->h;
+        }
+        const struct be_norm norm = {m->output_norm, hp->rms_eps, f->h};
+        be_matmul(be, &m->output, rows, &norm, n_out, f->logits);
         f->logits_host = be_read(be, f->logits, n_out);
     }
     if (be_end(be, err)) {

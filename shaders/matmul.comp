@@ -59,6 +59,15 @@
  * by value; with a width that is not a multiple of 4, x is read value by
  * value too. Quantized rows are whole blocks.
  *
+ * With -DMM_NORM (matmul_one_norm_<t>, matmul_rows_norm_<t>) x is the
+ * residual stream and the RMSNorm before the matmul is folded in: the
+ * workgroup first finds its tokens' norm scales (norm.glsl, the code
+ * rmsnorm.comp runs, over x from L2), then reads x as (x * scale) * w,
+ * rmsnorm's expression — the bits the plain form gives rmsnorm's output
+ * (test_vk_ops), for one dispatch fewer. Only the decode form folds: a
+ * batch's x is read by every workgroup once more for the scales, which in
+ * the teamed forms costs as much L2 traffic as their products' x.
+ *
  * With -DMM_ROWWISE (matmul_rows_<t>) each invocation computes one whole
  * row (MM_GATED: a row of both) instead, for CPU-backed devices, whose
  * invocations are SIMD lanes: there, 64 cooperating threads on a few rows
@@ -104,12 +113,17 @@ layout(std430, binding = 0) readonly buffer WBuf4 { uvec4 w4[]; } W4[3];
 layout(std430, binding = 1) readonly buffer XBuf { float x[]; };
 layout(std430, binding = 1) readonly buffer XBuf4 { vec4 x4[]; };
 layout(std430, binding = 2) buffer YBuf { float y[]; } Y[3];
+/* With MM_NORM: the norm's weights, one per column (as floats and vec4s);
+ * bound but unread otherwise. */
+layout(std430, binding = 3) readonly buffer NBuf { float nw[]; };
+layout(std430, binding = 3) readonly buffer NBuf4 { vec4 nw4[]; };
 
 layout(push_constant) uniform Push {
     uint n_cols, row_bytes, n_tokens, mode;
     uint n_rows[3];
     uint start[3];   /* first row group of matrix m; ~0u: no matrix m */
     uint use_gelu;
+    float eps;       /* MM_NORM: the norm's epsilon */
 } pc;
 
 /* ---- per weight type ----
@@ -343,9 +357,62 @@ void group_values(uint m, uint off, uint gi, out vec4 v[RUNS])
 #error "matmul.comp: define one WTYPE_<T>"
 #endif
 
+/* ---- the input: x, or x normed ---- */
+
+#ifdef MM_NORM
+#include "norm.glsl"
+
+/* The workgroup's tokens' RMS scales (token t0 + t at t), and the lanes'
+ * sums of squares of NORM_BATCH tokens at a time on the way there. */
+#define NORM_BATCH 4u
+shared float norm_part[NORM_LANES * NORM_BATCH];
+shared float norm_scale[MM_TOKENS];
+
+/* norm_scale for tokens t0 .. t0 + nt, as rmsnorm.comp computes them:
+ * every thread of the workgroup takes part (barriers), before any weight
+ * is read. */
+void norm_scales(uint t0, uint nt)
+{
+    const uint tid = gl_LocalInvocationID.x;
+    const uint threads = gl_WorkGroupSize.x;
+    for (uint c = 0u; c < nt; c += NORM_BATCH) {
+        for (uint e = tid; e < NORM_LANES * NORM_BATCH; e += threads) {
+            const uint t = c + e / NORM_LANES;
+            norm_part[e] = t < nt ? norm_lane_sum((t0 + t) * pc.n_cols,
+                                                  pc.n_cols, e % NORM_LANES)
+                                  : 0.0;
+        }
+        barrier();
+        if (tid < NORM_BATCH && c + tid < nt) {
+            precise float scale;
+            NORM_SCALE(norm_part, tid * NORM_LANES, pc.n_cols, pc.eps, scale)
+            norm_scale[c + tid] = scale;
+        }
+        barrier();
+    }
+}
+
+/* Value(s) at col of token t's row, normed: (x * scale) * w, rmsnorm's
+ * order. */
+float normed(uint t, uint col, float v)
+{
+    precise float h = v * norm_scale[t % MM_TOKENS];
+    return h * nw[col];
+}
+vec4 normed4(uint t, uint col, vec4 v)
+{
+    precise vec4 h = v * norm_scale[t % MM_TOKENS];
+    return h * nw4[col >> 2u];
+}
+#else
+void norm_scales(uint t0, uint nt) {}
+float normed(uint t, uint col, float v) { return v; }
+vec4 normed4(uint t, uint col, vec4 v) { return v; }
+#endif
+
 /* ---- the product ---- */
 
-/* x[t][col .. col+4) */
+/* x[t][col .. col+4), normed with MM_NORM */
 vec4 load_x4(uint t, uint col)
 {
 #ifdef HAS_TAIL
@@ -356,11 +423,11 @@ vec4 load_x4(uint t, uint col)
         vec4 v = vec4(0.0);
         [[unroll]] for (uint i = 0u; i < 4u; i++)
             if (col + i < pc.n_cols)
-                v[i] = x[t * pc.n_cols + col + i];
+                v[i] = normed(t, col + i, x[t * pc.n_cols + col + i]);
         return v;
     }
 #endif
-    return x4[(t * pc.n_cols + col) >> 2u];
+    return normed4(t, col, x4[(t * pc.n_cols + col) >> 2u]);
 }
 
 /* The values of group gi of the row at byte off of matrix m, read in
@@ -466,11 +533,12 @@ void main()
     const uint m = matrix_of(group);
     const uint r = (group - pc.start[m]) * MM_ROWWISE_ROWS +
                    gl_LocalInvocationID.x;
-    if (r >= pc.n_rows[m])
-        return;
     const bool gated = pc.mode == MM_GATED;
     const uint t0 = gl_WorkGroupID.y * MM_TOKENS;
     const uint nt = min(MM_TOKENS, pc.n_tokens - t0);
+    norm_scales(t0, nt);   /* the whole workgroup, before any leaves */
+    if (r >= pc.n_rows[m])
+        return;
     const uint off = r * pc.row_bytes;
     [[unroll]] for (uint j = 0u; j < 2u * MM_TOKENS; j++)
         acc[j] = 0.0;
@@ -713,6 +781,7 @@ void main()
         return;
     const uint t0 = gl_WorkGroupID.y * MM_TOKENS;
     const uint nt = min(MM_TOKENS, pc.n_tokens - t0);
+    norm_scales(t0, nt);
 
     /* Slots past the last row read the last row again (never past it). */
     slots sl;

@@ -237,6 +237,8 @@ struct mm_call {
     const float *x;
     float *const *y;
     uint64_t seed;
+    const float *norm;   /* the _norm_ forms' weights (n_cols), else NULL */
+    float eps;
 };
 
 /* The teams per workgroup of GPU form `shader` (vk_matmul_forms). */
@@ -253,7 +255,8 @@ static uint32_t matmul_teams(const char *shader)
 
 static void matmul_on_device(const struct mm_call *c)
 {
-    static const int bindings[] = {MM_MAX_MATS, 1, MM_MAX_MATS};
+    static const int bindings[MM_BINDINGS] = {MM_MAX_MATS, 1, MM_MAX_MATS,
+                                              1};
     const size_t row_bytes = dtype_row_bytes(c->type, (uint64_t)c->n_cols);
     const bool rowwise = strstr(c->shader, "_rows_") != NULL;
     const uint32_t per =
@@ -265,8 +268,9 @@ static void matmul_on_device(const struct mm_call *c)
     struct vk_push_matmul push = {.n_cols = (uint32_t)c->n_cols,
                                   .row_bytes = (uint32_t)row_bytes,
                                   .n_tokens = (uint32_t)c->n_tokens,
-                                  .mode = c->mode, .use_gelu = c->use_gelu};
-    const struct vk_buffer *bufs[2 * MM_MAX_MATS + 1];
+                                  .mode = c->mode, .use_gelu = c->use_gelu,
+                                  .eps = c->eps};
+    const struct vk_buffer *bufs[2 * MM_MAX_MATS + 2];
     uint32_t groups = 0;
     for (int m = 0; m < MM_MAX_MATS; m++) {
         const bool used = m < c->n_mats;
@@ -292,8 +296,11 @@ static void matmul_on_device(const struct mm_call *c)
     struct vk_buffer bx = buffer_with(c->x, (size_t)c->n_tokens *
                                                 (size_t)c->n_cols * 4);
     bufs[MM_MAX_MATS] = &bx;
+    struct vk_buffer bn = buffer_with(c->norm ? c->norm : c->x,
+                                      (size_t)c->n_cols * 4);
+    bufs[2 * MM_MAX_MATS + 1] = &bn;
     uint32_t gz = (c->seed & 1) ? 2 : 1;
-    run_arrays(c->shader, 3, bindings, bufs, &push, sizeof push,
+    run_arrays(c->shader, MM_BINDINGS, bindings, bufs, &push, sizeof push,
                ceil_div(groups, gz), ceil_div(c->n_tokens, MM_TOKENS), gz);
     for (int m = 0; m < n_out; m++) {
         download(&by[m], c->y[m], (size_t)c->n_tokens * c->n_rows[m] * 4);
@@ -302,6 +309,7 @@ static void matmul_on_device(const struct mm_call *c)
     for (int m = 0; m < c->n_mats; m++)
         vk_buffer_free(dev, &bw[m]);
     vk_buffer_free(dev, &bx);
+    vk_buffer_free(dev, &bn);
 }
 
 /* y = W x with one matrix (MM_STORE). */
@@ -1122,16 +1130,21 @@ static void mm_data_free(struct mm_data *d)
     free(d->x);
 }
 
+/* The epsilon of the norms the tests fold into matmuls. */
+#define NORM_EPS 1e-5f
+
 /* Runs `mode` over d's first n_mats matrices (MM_GATED: matrices 0 and 2,
- * 9 and 6 rows, cut to 6 rows both) into out[m]. */
+ * 9 and 6 rows, cut to 6 rows both) into out[m]; a _norm_ shader norms x
+ * by the weights `norm` first. */
 static void mm_run(const char *shader, const struct mm_data *d, uint32_t mode,
                    int n_mats, bool gelu, int n_tokens, const float *x,
-                   float *const *out, uint64_t seed)
+                   const float *norm, float *const *out, uint64_t seed)
 {
     struct mm_call c = {.shader = shader, .type = d->type, .mode = mode,
                         .use_gelu = gelu, .n_cols = d->n_cols,
                         .n_mats = n_mats, .n_tokens = n_tokens, .x = x,
-                        .y = out, .seed = seed};
+                        .y = out, .seed = seed, .norm = norm,
+                        .eps = NORM_EPS};
     const uint8_t *w[MM_MAX_MATS];
     for (int m = 0; m < n_mats; m++) {
         int from = mode == MM_GATED && m == 1 ? 2 : m;
@@ -1166,7 +1179,8 @@ static void check_fused_forms(const char *shader, uint32_t type, int n_cols,
         matmul_store(shader, type, d.w[m], n_cols, d.n_rows[m], d.x,
                      n_tokens, alone[m], seed + (uint64_t)m);
     }
-    mm_run(shader, &d, MM_STORE, 3, false, n_tokens, d.x, together, seed);
+    mm_run(shader, &d, MM_STORE, 3, false, n_tokens, d.x, NULL, together,
+           seed);
     for (int m = 0; m < MM_MAX_MATS; m++)
         expect_same_bits(together[m], alone[m], nt * (size_t)d.n_rows[m],
                          "three matrices in one dispatch", shader);
@@ -1177,7 +1191,7 @@ static void check_fused_forms(const char *shader, uint32_t type, int n_cols,
     float *want = malloc(nt * 9 * sizeof *want);
     for (size_t i = 0; i < nt * 9; i++)
         want[i] = acc[i] + alone[0][i];
-    mm_run(shader, &d, MM_ADD, 1, false, n_tokens, d.x, &acc, seed);
+    mm_run(shader, &d, MM_ADD, 1, false, n_tokens, d.x, NULL, &acc, seed);
     expect_same_bits(acc, want, nt * 9, "matmul then add", shader);
 
     /* MM_GATED against gated_act's shader over the two products (the
@@ -1188,8 +1202,8 @@ static void check_fused_forms(const char *shader, uint32_t type, int n_cols,
         float *gate_only[MM_MAX_MATS] = {gate};
         struct mm_data six = d;
         six.n_rows[0] = 6;
-        mm_run(shader, &six, MM_STORE, 1, false, n_tokens, d.x, gate_only,
-               seed);
+        mm_run(shader, &six, MM_STORE, 1, false, n_tokens, d.x, NULL,
+               gate_only, seed);
         struct vk_buffer bg = buffer_with(gate, nt * 6 * 4);
         struct vk_buffer bu = buffer_with(alone[2], nt * 6 * 4);
         const struct vk_buffer *bufs[] = {&bg, &bu};
@@ -1198,7 +1212,8 @@ static void check_fused_forms(const char *shader, uint32_t type, int n_cols,
         download(&bg, gate, nt * 6 * 4);
         vk_buffer_free(dev, &bg);
         vk_buffer_free(dev, &bu);
-        mm_run(shader, &d, MM_GATED, 2, gelu, n_tokens, d.x, &fused, seed);
+        mm_run(shader, &d, MM_GATED, 2, gelu, n_tokens, d.x, NULL, &fused,
+               seed);
         expect_same_bits(fused, gate, nt * 6,
                          gelu ? "gate and up then GELU" : "gate and up then "
                                                           "SiLU", shader);
@@ -1262,12 +1277,12 @@ static void check_same_bits_by_parts(const char *batched, const char *part,
             sp[m] = some[m];
         }
         mm_run(batched, d, modes[i].mode, modes[i].n_mats, false, TOKENS,
-               d->x, bp, 0);
+               d->x, NULL, bp, 0);
         for (int t0 = 0; t0 < TOKENS; t0 += k) {
             const int n = TOKENS - t0 < k ? TOKENS - t0 : k;
             memset(some, 0, sizeof some);
             mm_run(part, d, modes[i].mode, modes[i].n_mats, false, n,
-                   d->x + (size_t)t0 * n_cols, sp, 0);
+                   d->x + (size_t)t0 * n_cols, NULL, sp, 0);
             for (int m = 0; m < n_out; m++) {
                 int rows = modes[i].mode == MM_GATED ? 6 : d->n_rows[m];
                 for (int t = 0; t < n; t++)
@@ -1319,6 +1334,112 @@ static void test_matmul_gives_a_token_the_same_bits_alone_and_in_a_batch(
                                      &d);
         }
         mm_data_free(&d);
+    }
+}
+
+/* ---- the norm folded into the matmul ---- */
+
+/* rmsnorm's shader over n_tokens rows of x (n_cols each, weights wt): the
+ * rows a plain form multiplies where the norm is a dispatch of its own. */
+static float *rmsnorm_on_device(const float *x, const float *wt, int n_cols,
+                                int n_tokens)
+{
+    const size_t n = (size_t)n_cols * (size_t)n_tokens;
+    float *h = malloc(n * sizeof *h);
+    struct vk_buffer bx = buffer_with(x, n * 4);
+    struct vk_buffer by = buffer_with(NULL, n * 4);
+    struct vk_buffer bw = buffer_with(wt, (size_t)n_cols * 4);
+    const struct vk_buffer *bufs[] = {&bx, &by, &bw};
+    struct vk_push_rmsnorm push = {(uint32_t)n_cols, (uint32_t)n_tokens,
+                                   NORM_EPS};
+    run("rmsnorm", 3, bufs, &push, sizeof push, (uint32_t)n_tokens, 1, 1);
+    download(&by, h, n * 4);
+    vk_buffer_free(dev, &bx);
+    vk_buffer_free(dev, &by);
+    vk_buffer_free(dev, &bw);
+    return h;
+}
+
+/* matmul_<norm_prefix><t> on x against matmul_<prefix><t> on rmsnorm's
+ * rows of x, in every mode, to the bit. */
+static void check_norm_form(const char *prefix, const char *norm_prefix,
+                            const char *type_name, uint32_t type, int n_cols,
+                            int n_tokens, uint64_t seed)
+{
+    static const struct {
+        uint32_t mode;
+        int n_mats;
+    } modes[] = {{MM_STORE, 3}, {MM_ADD, 1}, {MM_GATED, 2}};
+    struct mm_data d = mm_data_new(type, n_cols, n_tokens, seed);
+    uint64_t s = seed ^ 0x4e4f524dull;
+    float *wt = random_floats((size_t)n_cols, 0.5f, 1.5f, &s);
+    float *h = rmsnorm_on_device(d.x, wt, n_cols, n_tokens);
+    char plain[64], normed[64];
+    snprintf(plain, sizeof plain, "matmul_%s%s", prefix, type_name);
+    snprintf(normed, sizeof normed, "matmul_%s%s", norm_prefix, type_name);
+    const size_t nt = (size_t)n_tokens;
+    for (size_t i = 0; i < sizeof modes / sizeof modes[0]; i++) {
+        float *want[MM_MAX_MATS], *got[MM_MAX_MATS];
+        for (int m = 0; m < MM_MAX_MATS; m++) {
+            want[m] = calloc(nt * (size_t)d.n_rows[m], sizeof(float));
+            got[m] = calloc(nt * (size_t)d.n_rows[m], sizeof(float));
+        }
+        mm_run(plain, &d, modes[i].mode, modes[i].n_mats, false, n_tokens,
+               h, NULL, want, seed);
+        mm_run(normed, &d, modes[i].mode, modes[i].n_mats, false, n_tokens,
+               d.x, wt, got, seed);
+        const int n_out = modes[i].mode == MM_STORE ? modes[i].n_mats : 1;
+        for (int m = 0; m < n_out; m++) {
+            int rows = modes[i].mode == MM_GATED ? 6 : d.n_rows[m];
+            expect_same_bits(got[m], want[m], nt * (size_t)rows,
+                             "the norm folded in, against rmsnorm first",
+                             normed);
+        }
+        for (int m = 0; m < MM_MAX_MATS; m++) {
+            free(want[m]);
+            free(got[m]);
+        }
+    }
+    free(wt);
+    free(h);
+    mm_data_free(&d);
+}
+
+/* A matmul that norms its input itself (decode, where the norm's own
+ * dispatch would cost more than the norm) gives the bits of rmsnorm and
+ * then the plain matmul (a verify batch, whose form has no norm folded
+ * in): otherwise speculative output could part from plain decoding. Every
+ * form with a norm form, quantized rows aligned and not, f16 rows whose x
+ * is read value by value (a width not a multiple of 4), a K-quant; the
+ * rowwise form also over 17 tokens (two y-groups, norms 4 at a time). */
+static void test_matmul_norm_forms_give_the_bits_of_rmsnorm_then_matmul(
+    void **state)
+{
+    (void)state;
+    REQUIRE_DEVICE();
+    static const struct {
+        uint32_t type;
+        const char *name;
+        int n_cols;
+    } cases[] = {{KK_Q8_0, "q8_0", 32 * 64}, {KK_Q8_0, "q8_0", 32 * 67},
+                 {KK_F16, "f16", 1000}, {KK_F16, "f16", 1002},
+                 {KK_Q4_K, "q4_k", 256 * 3}};
+    for (int f = 0; f <= VK_MATMUL_FORMS; f++) {
+        const bool rows = f == VK_MATMUL_FORMS;
+        const char *prefix = rows ? VK_MATMUL_ROWS_PREFIX
+                                  : vk_matmul_forms[f].prefix;
+        const char *norm = rows ? VK_MATMUL_ROWS_NORM_PREFIX
+                                : vk_matmul_forms[f].norm_prefix;
+        if (!norm)
+            continue;
+        const int most = rows ? 17 : vk_matmul_forms[f].max_tokens;
+        for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+            check_norm_form(prefix, norm, cases[c].name, cases[c].type,
+                            cases[c].n_cols, 1, 0x90 + c);
+            if (most > 1)
+                check_norm_form(prefix, norm, cases[c].name, cases[c].type,
+                                cases[c].n_cols, most, 0xa0 + c);
+        }
     }
 }
 
@@ -1466,6 +1587,8 @@ int main(void)
         cmocka_unit_test(test_matmul_q4_k_matches_dequantized_rows),
         cmocka_unit_test(test_matmul_q6_k_matches_dequantized_rows),
         cmocka_unit_test(test_rmsnorm_matches_cpu_in_place_and_not),
+        cmocka_unit_test(
+            test_matmul_norm_forms_give_the_bits_of_rmsnorm_then_matmul),
         cmocka_unit_test(
             test_rope_norm_and_neox_match_cpu_and_leave_unrotated_dims),
         cmocka_unit_test(test_add_elementwise_broadcast_and_grid_stride),

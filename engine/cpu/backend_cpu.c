@@ -384,17 +384,22 @@ static void matmul_one(struct cpu_backend *be, const struct weight *w,
              matmul_task, &j);
 }
 
+/* The CPU does not fold norms (backend.c norms first): norm is NULL. */
 static void cpu_matmul(struct backend *base, const struct weight *w,
-                       const struct be_tensor *x, int n, struct be_tensor *y)
+                       const struct be_tensor *x, const struct be_norm *norm,
+                       int n, struct be_tensor *y)
 {
+    (void)norm;
     matmul_one(cpu(base), w, x->data, n, y->data);
 }
 
 static void cpu_matmul_multi(struct backend *base, int count,
                              const struct weight *const *w,
-                             const struct be_tensor *xt, int n,
+                             const struct be_tensor *xt,
+                             const struct be_norm *norm, int n,
                              struct be_tensor *const *yt)
 {
+    (void)norm;
     struct cpu_backend *be = cpu(base);
     const float *x = xt->data;
     bool is_stackable = count <= MATMUL_MAX_PARTS &&

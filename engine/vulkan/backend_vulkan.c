@@ -61,6 +61,9 @@ struct vk_backend {
      * device (vk_shaders.h; then only matmul[0] is made). */
     bool matmul_rowwise;
     struct vk_pipeline matmul[N_GPU_FORMS][N_MATMUL];
+    /* The forms with the norm folded in, where has_norm_form says. */
+    bool has_norm_form[N_GPU_FORMS];
+    struct vk_pipeline matmul_norm[N_GPU_FORMS][N_MATMUL];
     struct vk_pipeline rmsnorm, rope, add, gated_act, kv_store, rope_kv_store,
         attention;
     /* Host data of the pass being recorded; read by the GPU at submit. */
@@ -189,13 +192,14 @@ static int make_pipeline(struct vk_backend *be, const char *shader,
 static int make_matmul_pipelines(struct vk_backend *be, const char *form,
                                  struct vk_pipeline *ps, struct kk_error *err)
 {
-    /* W[MM_MAX_MATS], X, Y[MM_MAX_MATS] */
-    static const int matmul_bindings[] = {MM_MAX_MATS, 1, MM_MAX_MATS};
+    /* W[MM_MAX_MATS], X, Y[MM_MAX_MATS], NORM */
+    static const int matmul_bindings[MM_BINDINGS] = {MM_MAX_MATS, 1,
+                                                     MM_MAX_MATS, 1};
     for (int i = 0; i < N_MATMUL; i++) {
         char name[64];
         snprintf(name, sizeof name, "matmul_%s%s", form,
                  matmul_shaders[i].name);
-        if (make_pipeline_arrays(be, name, 3, matmul_bindings,
+        if (make_pipeline_arrays(be, name, MM_BINDINGS, matmul_bindings,
                                  sizeof(struct vk_push_matmul), &ps[i], err))
             return -1;
     }
@@ -206,10 +210,16 @@ static int make_pipelines(struct vk_backend *be, struct kk_error *err)
 {
     bool rowwise = vk_device_is_cpu(be->dev);
     be->matmul_rowwise = rowwise;
-    for (int f = 0; f < (rowwise ? 1 : N_GPU_FORMS); f++)
-        if (make_matmul_pipelines(be, rowwise ? "rows_" : vk_matmul_forms[f].prefix,
-                                  be->matmul[f], err))
+    for (int f = 0; f < (rowwise ? 1 : N_GPU_FORMS); f++) {
+        const char *norm = rowwise ? VK_MATMUL_ROWS_NORM_PREFIX
+                                   : vk_matmul_forms[f].norm_prefix;
+        if (make_matmul_pipelines(be, rowwise ? VK_MATMUL_ROWS_PREFIX
+                                              : vk_matmul_forms[f].prefix,
+                                  be->matmul[f], err) ||
+            (norm && make_matmul_pipelines(be, norm, be->matmul_norm[f], err)))
             return -1;
+        be->has_norm_form[f] = norm != NULL;
+    }
     return make_pipeline(be, "rmsnorm", 3, sizeof(struct vk_push_rmsnorm),
                          &be->rmsnorm, err) ||
            make_pipeline(be, "rope", 2, sizeof(struct vk_push_rope),
@@ -544,24 +554,51 @@ static int matmul_form(const struct vk_backend *be, int n)
     return f;
 }
 
+static void vkb_rmsnorm(struct backend *base, struct be_tensor *y,
+                        const struct be_tensor *x, const float *weight,
+                        int n_groups, int dim, float eps);
+
+/* What the matmul of n tokens multiplies: x with the norm to fold, where
+ * that form has a norm form; else norm's rows of x, made by a dispatch of
+ * their own (then *fold is NULL). Both give the same bits (norm.glsl). */
+static const struct be_tensor *matmul_input(struct vk_backend *be,
+                                            const struct be_tensor *x,
+                                            const struct be_norm *norm, int n,
+                                            const struct be_norm **fold)
+{
+    *fold = NULL;
+    if (!norm)
+        return x;
+    if (be->has_norm_form[matmul_form(be, n)]) {
+        *fold = norm;
+        return x;
+    }
+    vkb_rmsnorm(&be->base, norm->out, x, norm->weight, n, (int)x->width,
+                norm->eps);
+    return norm->out;
+}
+
 /* Records one matmul dispatch over `count` matrices of one type and width
  * (vk_shaders.h): y[m] = w[m] · x (MM_STORE), y[0] += w[0] · x (MM_ADD),
- * or y[0] = act(w[0] · x) * (w[1] · x) (MM_GATED). */
+ * or y[0] = act(w[0] · x) * (w[1] · x) (MM_GATED), x normed first by the
+ * form that folds norm when norm is not NULL (matmul_input). */
 static void record_matmul(struct vk_backend *be, uint32_t mode, int count,
                           const struct weight *const *w,
-                          const struct be_tensor *x, int n,
+                          const struct be_tensor *x,
+                          const struct be_norm *norm, int n,
                           struct be_tensor *const *y, bool use_gelu)
 {
     const int mi = matmul_index(w[0]->type), form = matmul_form(be, n);
     struct vk_push_matmul pc = {.n_cols = (uint32_t)w[0]->n_cols,
                                 .row_bytes = (uint32_t)w[0]->row_bytes,
                                 .n_tokens = (uint32_t)n, .mode = mode,
-                                .use_gelu = use_gelu};
+                                .use_gelu = use_gelu,
+                                .eps = norm ? norm->eps : 0.0f};
     const uint32_t per =
         be->matmul_rowwise ? MM_ROWWISE_ROWS
                            : (uint32_t)vk_matmul_forms[form].teams *
                                  (mode == MM_GATED ? MM_SLOTS / 2 : MM_SLOTS);
-    const struct vk_buffer *bufs[2 * MM_MAX_MATS + 1];
+    const struct vk_buffer *bufs[2 * MM_MAX_MATS + 2];
     uint32_t groups = 0;
     for (int m = 0; m < MM_MAX_MATS; m++) {
         const bool used = m < count;
@@ -582,35 +619,47 @@ static void record_matmul(struct vk_backend *be, uint32_t mode, int count,
             groups += groups_of(w[m]->n_rows, per);
     }
     bufs[MM_MAX_MATS] = buf(x);
+    bufs[2 * MM_MAX_MATS + 1] = buf(x);
+    if (norm && !(bufs[2 * MM_MAX_MATS + 1] =
+                      vk_model_find(be->weights, norm->weight))) {
+        pass_fail(be, "internal: a norm vector is not on the GPU");
+        return;
+    }
     /* Row groups past the device's grid limit (a 256k-token vocabulary)
      * spill into z; the shader numbers groups x + z * groups_x. */
     uint32_t max_x = vk_device_max_groups_x(be->dev);
     uint32_t gz = (groups + max_x - 1) / max_x;
     uint32_t gx = (groups + gz - 1) / gz;
-    dispatch(be, &be->matmul[form][mi], bufs, &pc, gx,
-             groups_of(n, MM_TOKENS), gz);
+    dispatch(be, norm ? &be->matmul_norm[form][mi] : &be->matmul[form][mi],
+             bufs, &pc, gx, groups_of(n, MM_TOKENS), gz);
 }
 
 static void vkb_matmul(struct backend *base, const struct weight *w,
-                       const struct be_tensor *x, int n, struct be_tensor *y)
+                       const struct be_tensor *x, const struct be_norm *norm,
+                       int n, struct be_tensor *y)
 {
-    record_matmul(vkb(base), MM_STORE, 1, &w, x, n, &y, false);
+    struct vk_backend *be = vkb(base);
+    x = matmul_input(be, x, norm, n, &norm);
+    record_matmul(be, MM_STORE, 1, &w, x, norm, n, &y, false);
 }
 
 /* Matrices of one type and width go in one dispatch (q, k and v usually;
  * a Q4_K_M file may mix types, and those go in dispatches of their own). */
 static void vkb_matmul_multi(struct backend *base, int count,
                              const struct weight *const *w,
-                             const struct be_tensor *x, int n,
+                             const struct be_tensor *x,
+                             const struct be_norm *norm, int n,
                              struct be_tensor *const *y)
 {
+    struct vk_backend *be = vkb(base);
+    x = matmul_input(be, x, norm, n, &norm);
     for (int i = 0; i < count;) {
         int k = 1;
         while (i + k < count && k < MM_MAX_MATS &&
                w[i + k]->type == w[i]->type &&
                w[i + k]->n_cols == w[i]->n_cols)
             k++;
-        record_matmul(vkb(base), MM_STORE, k, w + i, x, n, y + i, false);
+        record_matmul(be, MM_STORE, k, w + i, x, norm, n, y + i, false);
         i += k;
     }
 }
@@ -620,18 +669,21 @@ static void vkb_matmul_add(struct backend *base, const struct weight *w,
                            struct be_tensor *tmp, struct be_tensor *acc)
 {
     (void)tmp;
-    record_matmul(vkb(base), MM_ADD, 1, &w, x, n, &acc, false);
+    record_matmul(vkb(base), MM_ADD, 1, &w, x, NULL, n, &acc, false);
 }
 
 static void vkb_gated_matmul(struct backend *base, const struct weight *w_gate,
                              const struct weight *w_up,
-                             const struct be_tensor *x, int n,
+                             const struct be_tensor *x,
+                             const struct be_norm *norm, int n,
                              struct be_tensor *gate, struct be_tensor *up,
                              bool use_gelu)
 {
     (void)up;
+    struct vk_backend *be = vkb(base);
     const struct weight *w[] = {w_gate, w_up};
-    record_matmul(vkb(base), MM_GATED, 2, w, x, n, &gate, use_gelu);
+    x = matmul_input(be, x, norm, n, &norm);
+    record_matmul(be, MM_GATED, 2, w, x, norm, n, &gate, use_gelu);
 }
 
 static void vkb_copy_rows(struct backend *base, struct be_tensor *dst,
@@ -837,7 +889,8 @@ static const struct backend_ops vk_ops = {
     .reserve = vkb_reserve, .bind_kv = vkb_bind_kv, .kv_pull = vkb_kv_pull,
     .kv_push = vkb_kv_push, .tensor_new = vkb_tensor_new,
     .tensor_free = vkb_tensor_free, .begin = vkb_begin, .end = vkb_end,
-    .read = vkb_read, .embed = vkb_embed, .matmul = vkb_matmul,
+    .read = vkb_read, .embed = vkb_embed, .folds_norm = true,
+    .matmul = vkb_matmul,
     .matmul_multi = vkb_matmul_multi, .matmul_add = vkb_matmul_add,
     .gated_matmul = vkb_gated_matmul, .rope_kv_store = vkb_rope_kv_store,
     .copy_rows = vkb_copy_rows, .rmsnorm = vkb_rmsnorm, .rope = vkb_rope,

@@ -47,7 +47,8 @@ const struct vk_spirv *vk_shader_find(const char *name)
 }
 
 const struct vk_matmul_form vk_matmul_forms[VK_MATMUL_FORMS] = {
-    {"one_", 1, 1}, {"t4_", 4, 4}, {"t8_", 8, 4}, {"", MM_TOKENS, 1}};
+    {"one_", 1, 1, "one_norm_"}, {"t4_", 4, 4, NULL}, {"t8_", 8, 4, NULL},
+    {"", MM_TOKENS, 1, NULL}};
 
 int vk_matmul_max_invocations(void)
 {

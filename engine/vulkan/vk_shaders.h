@@ -37,8 +37,13 @@ const struct vk_spirv *vk_shader_find(const char *name);
  * bindings: 0 W[MM_MAX_MATS] (the matrices' bytes, row r at r * row_bytes:
  *           GGUF blocks, Q8_0 rearranged by vk_model_repack_rows),
  *           1 X (float, n_tokens rows of n_cols),
- *           2 Y[MM_MAX_MATS] (float, n_tokens rows of n_rows[m]).
+ *           2 Y[MM_MAX_MATS] (float, n_tokens rows of n_rows[m]),
+ *           3 NORM (float, n_cols: the norm's weights; read only by the
+ *           _norm_ forms, any buffer otherwise).
  *           Unused array entries may repeat a used buffer.
+ * The _norm_ forms (matmul_one_norm_<t>, matmul_rows_norm_<t>) multiply
+ * each row of X RMS-normed first, with NORM's weights and epsilon eps:
+ * the bits rmsnorm's output would give the plain form. 
  * Forms: matmul_<t> for GPUs, in y-groups of MM_TOKENS tokens; the same
  * for small batches, which keep fewer partial sums and run faster:
  * matmul_one_<t> (n_tokens = 1: decode), matmul_t4_<t> and matmul_t8_<t>
@@ -55,11 +60,13 @@ const struct vk_spirv *vk_shader_find(const char *name);
  * z * groups_x; a group past its matrix's last row does nothing. */
 enum { MM_SLOTS = 4, MM_TOKENS = 16, MM_ROWWISE_ROWS = 64, MM_MAX_MATS = 3 };
 enum { MM_STORE = 0, MM_ADD = 1, MM_GATED = 2 };
+enum { MM_BINDINGS = 4 };   /* W[], X, Y[], NORM */
 struct vk_push_matmul {
     uint32_t n_cols, row_bytes, n_tokens, mode;
     uint32_t n_rows[MM_MAX_MATS];
     uint32_t start[MM_MAX_MATS];
     uint32_t use_gelu;
+    float eps;
 };
 
 /* The GPU forms of matmul_<t> by batch size, smallest first: the first
@@ -70,7 +77,13 @@ struct vk_push_matmul {
 struct vk_matmul_form {
     const char *prefix;   /* the shader is matmul_<prefix><t> */
     int max_tokens, teams;
+    /* The same form with the norm folded in (matmul_<norm_prefix><t>), or
+     * NULL: then the norm is a dispatch of its own before the matmul. */
+    const char *norm_prefix;
 };
+/* The rowwise form, and its form with the norm folded in. */
+#define VK_MATMUL_ROWS_PREFIX "rows_"
+#define VK_MATMUL_ROWS_NORM_PREFIX "rows_norm_"
 enum { VK_MATMUL_FORMS = 4 };
 extern const struct vk_matmul_form vk_matmul_forms[VK_MATMUL_FORMS];
 
