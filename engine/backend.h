@@ -9,8 +9,9 @@
  * Activations are struct be_tensor: rows of `width` floats that live where
  * the backend computes (host memory on the CPU, a device buffer on a GPU).
  * A pass is bracketed by be_begin() and be_end(): the CPU runs each op as
- * it is called; Vulkan records them into one command buffer and be_end()
- * submits it and waits, so nothing comes back to the host inside a pass.
+ * it is called; Vulkan records them, submitting the recording in chunks as
+ * it grows, and be_end() submits the rest and waits, so nothing comes back
+ * to the host inside a pass.
  * Results for the host are asked for with be_read(), whose pointer is valid
  * once be_end() has returned 0.
  *

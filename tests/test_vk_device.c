@@ -5,7 +5,9 @@
  * to the device and back unchanged, in chunks and at odd offsets; recorded
  * copies and dispatches move and compute what they should; thousands of
  * small buffers share a few memory blocks without overlapping; a recording
- * mistake comes back from vk_submit_wait as a message.
+ * long enough to go to the GPU in many chunks runs in the order it was
+ * recorded; a recording mistake comes back from vk_submit_wait as a
+ * message, also after earlier chunks of the recording were submitted.
  *
  * Runs on whatever the loader offers (lavapipe, the CPU driver, on machines
  * without a GPU). With no Vulkan device at all every test says SKIP loudly
@@ -196,6 +198,53 @@ static void begin(struct vk_device *d)
     struct kk_error err = {{0}};
     if (vk_begin(d, &err))
         fail_msg("vk_begin: %s", err.msg);
+}
+
+static struct vk_pipeline axpb_pipeline(struct vk_device *d)
+{
+    struct vk_pipeline p;
+    struct kk_error err = {{0}};
+    if (vk_pipeline_new(d, axpb_spirv, sizeof axpb_spirv, 3,
+                        sizeof(struct push_axpb), &p, &err))
+        fail_msg("vk_pipeline_new: %s", err.msg);
+    return p;
+}
+
+/* A chain of `steps` commands, each reading what the one before wrote:
+ * step i moves the values from one of a pair of buffers to the other,
+ * adding 1 (a dispatch of axpb with the ones of `one`) or, every seventh
+ * step, unchanged (a copy). Returns how much the chain adds; the result
+ * is in pair[steps % 2]. */
+static int record_chain(struct vk_device *d, const struct vk_pipeline *p,
+                        struct vk_buffer *pair, const struct vk_buffer *one,
+                        uint32_t n, int steps)
+{
+    int added = 0;
+    for (int i = 0; i < steps; i++) {
+        const struct vk_buffer *from = &pair[i % 2], *to = &pair[1 - i % 2];
+        if (i % 7 == 6) {
+            vk_copy(d, from, 0, to, 0, (VkDeviceSize)n * sizeof(float));
+            continue;
+        }
+        struct push_axpb pc = {.n = n, .scale = 1.0f};
+        const struct vk_buffer *bind[] = {from, one, to};
+        vk_dispatch(d, p, bind, &pc, (n + 63) / 64, 1, 1);
+        added++;
+    }
+    return added;
+}
+
+/* Every one of the n floats of b equals want. */
+static void assert_all_equal(struct vk_device *d, const struct vk_buffer *b,
+                             uint32_t n, float want)
+{
+    float *got = malloc(n * sizeof *got);
+    assert_non_null(got);
+    download(d, b, 0, got, n * sizeof *got);
+    for (uint32_t i = 0; i < n; i++)
+        if (got[i] != want)
+            fail_msg("element %u is %g, not %g", i, got[i], want);
+    free(got);
 }
 
 /* ---- devices ---- */
@@ -448,11 +497,7 @@ static void test_a_dispatch_binds_buffers_in_order_and_pushes_constants(
     void **state)
 {
     struct vk_device *d = open_or_skip();
-    struct vk_pipeline p;
-    struct kk_error err = {{0}};
-    if (vk_pipeline_new(d, axpb_spirv, sizeof axpb_spirv, 3,
-                        sizeof(struct push_axpb), &p, &err))
-        fail_msg("vk_pipeline_new: %s", err.msg);
+    struct vk_pipeline p = axpb_pipeline(d);
     enum { N = 1000 };
     float a[N], b[N], y[N];
     for (int i = 0; i < N; i++) {
@@ -484,6 +529,88 @@ static void test_a_dispatch_binds_buffers_in_order_and_pushes_constants(
     vk_buffer_free(d, &ba);
     vk_buffer_free(d, &bb);
     vk_buffer_free(d, &by);
+    vk_pipeline_free(d, &p);
+    vk_device_close(d);
+}
+
+static void test_a_recording_of_many_chunks_runs_in_recorded_order(
+    void **state)
+{
+    /* 1000 commands: more than the first chunk (8), more than a later one
+     * (32), more than all command buffers hold before the last chunk grows
+     * (456); twice, so the second recording reuses every chunk. */
+    enum { N = 4099, STEPS = 1000 };
+    struct vk_device *d = open_or_skip();
+    struct vk_pipeline p = axpb_pipeline(d);
+    struct vk_buffer pair[2] = {new_buffer(d, N * sizeof(float),
+                                           VK_MEM_DEVICE),
+                                new_buffer(d, N * sizeof(float),
+                                           VK_MEM_DEVICE)};
+    struct vk_buffer one = new_buffer(d, N * sizeof(float), VK_MEM_DEVICE);
+    float *x = malloc(N * sizeof *x);
+    assert_non_null(x);
+    for (int i = 0; i < N; i++)
+        x[i] = 1.0f;
+    upload(d, &one, 0, x, N * sizeof *x);
+    memset(x, 0, N * sizeof *x);
+    upload(d, &pair[0], 0, x, N * sizeof *x);
+    int added = 0;
+    for (int pass = 0; pass < 2; pass++) {
+        begin(d);
+        added += record_chain(d, &p, pair, &one, N, STEPS);
+        submit(d);
+        assert_all_equal(d, &pair[STEPS % 2], N, (float)added);
+    }
+    assert_int_equal(added, 2 * (STEPS - STEPS / 7));
+    free(x);
+    vk_buffer_free(d, &pair[0]);
+    vk_buffer_free(d, &pair[1]);
+    vk_buffer_free(d, &one);
+    vk_pipeline_free(d, &p);
+    vk_device_close(d);
+}
+
+static void test_a_mistake_after_a_submitted_chunk_is_reported_and_waited_for(
+    void **state)
+{
+    enum { N = 4099 };
+    struct vk_device *d = open_or_skip();
+    struct vk_pipeline p = axpb_pipeline(d);
+    struct vk_buffer pair[2] = {new_buffer(d, N * sizeof(float),
+                                           VK_MEM_DEVICE),
+                                new_buffer(d, N * sizeof(float),
+                                           VK_MEM_DEVICE)};
+    struct vk_buffer one = new_buffer(d, N * sizeof(float), VK_MEM_DEVICE);
+    float *x = malloc(N * sizeof *x);
+    assert_non_null(x);
+    for (int i = 0; i < N; i++)
+        x[i] = 1.0f;
+    upload(d, &one, 0, x, N * sizeof *x);
+    /* 100 commands fill the first chunks, which go to the GPU; then a copy
+     * past an end, then more commands, which are dropped. */
+    begin(d);
+    record_chain(d, &p, pair, &one, N, 100);
+    vk_copy(d, &one, 0, &pair[0], 4, N * sizeof(float));
+    record_chain(d, &p, pair, &one, N, 10);
+    struct kk_error err = {{0}};
+    assert_int_equal(vk_submit_wait(d, &err), -1);
+    assert_non_null(strstr(err.msg, "past an end"));
+    /* The submitted chunks are done: their buffers may go at once. */
+    vk_buffer_free(d, &pair[0]);
+    vk_buffer_free(d, &pair[1]);
+    /* And the device goes on working, chunks and all. */
+    pair[0] = new_buffer(d, N * sizeof(float), VK_MEM_DEVICE);
+    pair[1] = new_buffer(d, N * sizeof(float), VK_MEM_DEVICE);
+    memset(x, 0, N * sizeof *x);
+    upload(d, &pair[0], 0, x, N * sizeof *x);
+    begin(d);
+    int added = record_chain(d, &p, pair, &one, N, 100);
+    submit(d);
+    assert_all_equal(d, &pair[0], N, (float)added);
+    free(x);
+    vk_buffer_free(d, &pair[0]);
+    vk_buffer_free(d, &pair[1]);
+    vk_buffer_free(d, &one);
     vk_pipeline_free(d, &p);
     vk_device_close(d);
 }
@@ -562,6 +689,10 @@ int main(void)
             test_a_recorded_copy_moves_bytes_at_unaligned_offsets),
         cmocka_unit_test(
             test_a_dispatch_binds_buffers_in_order_and_pushes_constants),
+        cmocka_unit_test(
+            test_a_recording_of_many_chunks_runs_in_recorded_order),
+        cmocka_unit_test(
+            test_a_mistake_after_a_submitted_chunk_is_reported_and_waited_for),
         cmocka_unit_test(
             test_bytes_that_are_not_spirv_are_refused_with_a_message),
         cmocka_unit_test(test_a_recording_mistake_is_reported_by_submit_wait),

@@ -2,9 +2,10 @@
  *
  * Weights (vk_model), activations (one device buffer per be_tensor) and the
  * KV cache's rows live in device memory. An op does not run when called: it
- * records a dispatch (or a copy) into the device's command buffer, and
- * be_end() submits the whole pass at once and waits, so a forward pass makes
- * one trip to the GPU and back. The host prepares the little a pass needs
+ * records a dispatch (or a copy), which the device submits in chunks while
+ * the pass is still being recorded (vk_device.h), and be_end() submits the
+ * rest and waits, so the host waits for the GPU once a pass and nothing
+ * comes back before the end. The host prepares the little a pass needs
  * from it — the embedding rows of its tokens and the RoPE angles, computed
  * by the same code as on the CPU — in an upload buffer, copied to the device
  * at the start of the pass; only the logits rows asked for come back.
@@ -66,7 +67,15 @@ struct vk_backend {
     struct vk_pipeline matmul_norm[N_GPU_FORMS][N_MATMUL];
     struct vk_pipeline rmsnorm, rope, add, gated_act, kv_store, rope_kv_store,
         attention;
-    /* Host data of the pass being recorded; read by the GPU at submit. */
+    /* Host data of the pass being recorded (upload_alloc). The GPU may read
+     * a region as soon as the copy that reads it is recorded, since chunks
+     * of the pass are submitted while it is recorded; that is safe because
+     * the host fills each region before recording its copy (vkb_embed,
+     * rope_table), regions are handed out once per pass and never written
+     * again in it, and upload_used goes back to 0 only in vkb_begin, after
+     * the previous pass's vk_submit_wait waited for all its chunks (also
+     * when it failed). A vkQueueSubmit makes the host's earlier writes to
+     * this coherent memory visible to the work it submits. */
     struct vk_buffer upload;
     size_t upload_used;
     struct rope_table rope_tables[MAX_ROPE_TABLES];
@@ -140,9 +149,13 @@ static uint32_t elementwise_groups(int64_t count)
 }
 
 /* Space for `bytes` of host data in this pass's upload buffer; its offset,
- * or -1 (and the pass fails) when backend_reserve sized too little. */
+ * or -1 (and the pass fails) when backend_reserve sized too little. A
+ * failed pass gets none, so nothing is written where work of a pass that
+ * failed to finish (a timeout) might still read. */
 static int64_t upload_alloc(struct vk_backend *be, size_t bytes)
 {
+    if (be->failed)
+        return -1;
     size_t off = (be->upload_used + 15) / 16 * 16;
     if (off + bytes > be->upload.size) {
         pass_fail(be, "internal: a pass needs more upload space than "
@@ -513,7 +526,10 @@ static const float *vkb_read(struct backend *base, const struct be_tensor *t,
     struct vk_backend *be = vkb(base);
     size_t bytes = (size_t)rows * (size_t)t->width * sizeof(float);
     /* Sized for all of t's rows: host-visible memory is slow to allocate
-     * (it is pinned), so it is made once per size of t, not per read. */
+     * (it is pinned), so it is made once per size of t, not per read. A pass
+     * reads back once (forward.c), so a buffer replaced here was last
+     * written by an earlier pass, which its be_end waited for; a second,
+     * larger read in one pass would free it under the first read's copy. */
     size_t whole = (size_t)t->rows * (size_t)t->width * sizeof(float);
     if (be->readback.size < bytes) {
         vk_buffer_free(be->dev, &be->readback);

@@ -29,6 +29,21 @@
 /* How long vk_submit_wait waits before calling the device hung: far more
  * than any one forward pass, even on lavapipe. */
 #define VK_WAIT_NS (60ull * 1000000000ull)
+/* A recording goes to the GPU in chunks while the host records the rest
+ * (see "chunks" below): the GPU would otherwise sit idle through the whole
+ * recording, ~1.8 us of host time a dispatch, about 0.25 ms of a 1.9 ms
+ * decode pass on an H200. The first chunk is small so that the GPU starts
+ * early; later ones are larger because each costs the host a vkQueueSubmit
+ * and the GPU a submission boundary, and 32 commands (~60 us to record)
+ * still take the host less time than the GPU spends on the chunk before
+ * them (a decode dispatch averages ~12 us there: ~1.6 ms of GPU work over
+ * ~130 dispatches), so the GPU does not catch up with the host. A
+ * recording has VK_MAX_CHUNKS command buffers: 8 + 14 * 32 = 456 commands
+ * go in the first fifteen (a decode pass of a 1B model is ~130), and past
+ * that the last chunk just grows. */
+#define VK_FIRST_CHUNK_COMMANDS 8
+#define VK_CHUNK_COMMANDS 32
+#define VK_MAX_CHUNKS 16
 /* maxPushDescriptors is at least 32 on every device with the extension. */
 #define VK_MAX_BINDINGS 32
 #define VK_MAX_PUSH_BYTES 128
@@ -55,7 +70,7 @@ struct vk_block {
 #define VK_PROFILE_ROWS 48
 /* The driver's recording calls timed on the host. */
 enum { CALL_BIND, CALL_DESCRIPTORS, CALL_PUSH, CALL_DISPATCH, CALL_BARRIER,
-       CALL_END, N_CALLS };
+       CALL_END, CALL_SUBMIT, N_CALLS };
 struct vk_profile {
     /* KAKEYA_VK_PROFILE=host: the host's recording and waiting alone, no
      * timestamps and no clock reads per call, whose own cost would be
@@ -72,9 +87,14 @@ struct vk_profile {
     } rows[VK_PROFILE_ROWS];
     int n_rows;
     double record_ms, wait_ms;
-    /* Of record_ms: inside vk_dispatch and inside the copies (the rest is
-     * the caller's own work between them). */
-    double dispatch_ms, copy_ms;
+    /* Of record_ms: inside vk_dispatch, inside the copies and switching
+     * chunks (ending and submitting a full one, resetting and beginning
+     * the next; the rest is the caller's own work between them); in
+     * `current` for the recording under way, added to `total` when it
+     * completes (record_ms counts only those). */
+    struct vk_record_split {
+        double dispatch_ms, copy_ms, chunk_ms;
+    } current, total;
     long passes;
     /* Host time in the driver's recording calls, per kind of call. */
     double call_ms[N_CALLS];
@@ -96,7 +116,13 @@ struct vk_device {
     uint32_t queue_family;
     VkQueue queue;
     VkCommandPool pool;
-    VkCommandBuffer cmd;    /* vk_begin .. vk_submit_wait */
+    /* vk_begin .. vk_submit_wait: the recording's chunks, in order; cmd is
+     * the one being recorded, chunks[n_submitted]. */
+    VkCommandBuffer chunks[VK_MAX_CHUNKS];
+    VkCommandBuffer cmd;
+    int n_submitted;        /* chunks of this recording already submitted */
+    int chunk_commands;     /* dispatches and copies recorded into cmd */
+    bool is_chunk_open;     /* cmd is begun and not yet ended */
     struct vk_profile *profile;   /* KAKEYA_VK_PROFILE, else NULL */
     VkCommandBuffer xfer;   /* vk_upload / vk_download, one chunk each */
     VkFence fence;          /* unsignaled between submissions */
@@ -513,19 +539,21 @@ static int device_create(struct vk_device *d, struct kk_error *err)
         return kk_fail(err, "%s: vkCreateCommandPool failed (%s)",
                        d->props.deviceName, vk_result_name(r));
     }
-    VkCommandBuffer cmds[2];
+    /* The recording's chunks and the transfer buffer; an unused command
+     * buffer is only a handle until something is recorded into it. */
+    VkCommandBuffer cmds[VK_MAX_CHUNKS + 1];
     VkCommandBufferAllocateInfo alloc = {
         .sType = VK_STRUCTURE_TYPE_COMMAND_BUFFER_ALLOCATE_INFO,
         .commandPool = d->pool,
         .level = VK_COMMAND_BUFFER_LEVEL_PRIMARY,
-        .commandBufferCount = 2,
+        .commandBufferCount = VK_MAX_CHUNKS + 1,
     };
     r = d->fn.vkAllocateCommandBuffers(d->device, &alloc, cmds);
     if (r != VK_SUCCESS)
         return kk_fail(err, "%s: vkAllocateCommandBuffers failed (%s)",
                        d->props.deviceName, vk_result_name(r));
-    d->cmd = cmds[0];
-    d->xfer = cmds[1];
+    memcpy(d->chunks, cmds, sizeof d->chunks);
+    d->xfer = cmds[VK_MAX_CHUNKS];
     uint32_t n_families = 0;
     d->fn.vkGetPhysicalDeviceQueueFamilyProperties(d->phys, &n_families, NULL);
     VkQueueFamilyProperties *families = calloc(n_families ? n_families : 1,
@@ -669,7 +697,8 @@ static const char *const call_names[] = {"vkCmdBindPipeline",
                                          "vkCmdPushConstants",
                                          "vkCmdDispatch",
                                          "vkCmdPipelineBarrier",
-                                         "vkEndCommandBuffer"};
+                                         "vkEndCommandBuffer",
+                                         "vkQueueSubmit"};
 
 /* Host time since *t0 charged to call kind k; *t0 moves to now. */
 static void profile_call(struct vk_device *d, int k, struct timespec *t0)
@@ -699,6 +728,7 @@ static void profile_begin(struct vk_device *d)
     if (!p)
         return;
     clock_gettime(CLOCK_MONOTONIC, &p->begun);
+    p->current = (struct vk_record_split){0, 0, 0};
     if (p->is_host_only)
         return;
     d->fn.vkCmdResetQueryPool(d->cmd, p->pool, 0, VK_PROFILE_STAMPS);
@@ -730,6 +760,9 @@ static void profile_end(struct vk_device *d)
     clock_gettime(CLOCK_MONOTONIC, &done);
     p->record_ms += ms_between(&p->begun, &p->submitted);
     p->wait_ms += ms_between(&p->submitted, &done);
+    p->total.dispatch_ms += p->current.dispatch_ms;
+    p->total.copy_ms += p->current.copy_ms;
+    p->total.chunk_ms += p->current.chunk_ms;
     p->passes++;
     if (p->is_host_only)
         return;
@@ -763,6 +796,7 @@ static void profile_close(struct vk_device *d)
     if (!p)
         return;
     if (p->passes > 0) {
+        const struct vk_record_split *t = &p->total;
         double gpu = 0;
         for (int i = 0; i < p->n_rows; i++)
             gpu += p->rows[i].ms;
@@ -772,9 +806,11 @@ static void profile_close(struct vk_device *d)
                 p->passes, p->record_ms / p->passes, p->wait_ms / p->passes,
                 gpu / p->passes, clock_read_ns());
         fprintf(stderr, "  of the recording: in vk_dispatch %.3f ms, in "
-                "copies %.3f ms, the rest %.3f ms\n", p->dispatch_ms /
-                p->passes, p->copy_ms / p->passes,
-                (p->record_ms - p->dispatch_ms - p->copy_ms) / p->passes);
+                "copies %.3f ms, switching chunks %.3f ms, the rest %.3f "
+                "ms\n", t->dispatch_ms / p->passes, t->copy_ms / p->passes,
+                t->chunk_ms / p->passes,
+                (p->record_ms - t->dispatch_ms - t->copy_ms - t->chunk_ms) /
+                    p->passes);
         for (int i = 0; i < p->n_rows; i++)
             fprintf(stderr, "  %-22s %8ld x %9.2f us = %8.3f ms/recording\n",
                     p->rows[i].name, p->rows[i].count,
@@ -1098,27 +1134,42 @@ static void barrier(struct vk_device *d, VkCommandBuffer cmd,
 #define ACCESS_WORK (VK_ACCESS_SHADER_READ_BIT | VK_ACCESS_SHADER_WRITE_BIT | \
                      VK_ACCESS_TRANSFER_READ_BIT | VK_ACCESS_TRANSFER_WRITE_BIT)
 
-/* Submits cmd (already ended), waits on the fence, resets it. `what`
- * names the work for the message. */
-static int submit_wait(struct vk_device *d, VkCommandBuffer cmd,
-                       const char *what, struct kk_error *err)
+/* Submits cmd (already ended), or with VK_NULL_HANDLE no work at all,
+ * without waiting. A fence (VK_NULL_HANDLE: none) is signalled once all
+ * work submitted to the queue so far has completed, earlier submissions
+ * included — the Vulkan spec, "Fence Signaling": "Fence signal operations
+ * that are defined by vkQueueSubmit or vkQueueSubmit2 additionally include
+ * in the first synchronization scope all commands that occur earlier in
+ * submission order", and their first access scope is all memory access
+ * performed by the device. `what` names the work for the message, which
+ * leaves the device's name to the caller. */
+static int queue_submit(struct vk_device *d, VkCommandBuffer cmd,
+                        VkFence fence, const char *what,
+                        struct kk_error *err)
 {
     VkSubmitInfo si = {
         .sType = VK_STRUCTURE_TYPE_SUBMIT_INFO,
         .commandBufferCount = 1,
         .pCommandBuffers = &cmd,
     };
-    VkResult r = d->fn.vkQueueSubmit(d->queue, 1, &si, d->fence);
-    if (r != VK_SUCCESS) {
-        if (r == VK_ERROR_DEVICE_LOST)
-            d->is_lost = true;
-        return kk_fail(err, "%s: submitting %s failed (%s)%s",
-                       d->props.deviceName, what, vk_result_name(r),
-                       r == VK_ERROR_DEVICE_LOST
-                           ? ": the device was lost (a driver crash or reset);"
-                             " restart kakeya, or use --backend cpu" : "");
-    }
-    r = d->fn.vkWaitForFences(d->device, 1, &d->fence, VK_TRUE, VK_WAIT_NS);
+    VkResult r = d->fn.vkQueueSubmit(d->queue, cmd ? 1 : 0, &si, fence);
+    if (r == VK_SUCCESS)
+        return 0;
+    if (r == VK_ERROR_DEVICE_LOST)
+        d->is_lost = true;
+    return kk_fail(err, "submitting %s failed (%s)%s", what,
+                   vk_result_name(r),
+                   r == VK_ERROR_DEVICE_LOST
+                       ? ": the device was lost (a driver crash or reset); "
+                         "restart kakeya, or use --backend cpu" : "");
+}
+
+/* Waits for d->fence (VK_WAIT_NS at most) and resets it. */
+static int fence_wait(struct vk_device *d, const char *what,
+                      struct kk_error *err)
+{
+    VkResult r = d->fn.vkWaitForFences(d->device, 1, &d->fence, VK_TRUE,
+                                       VK_WAIT_NS);
     if (r == VK_TIMEOUT) {
         /* The work may still be running: the command buffer and fence
          * cannot be reused, so the device is done for. */
@@ -1137,6 +1188,17 @@ static int submit_wait(struct vk_device *d, VkCommandBuffer cmd,
     }
     d->fn.vkResetFences(d->device, 1, &d->fence);
     return 0;
+}
+
+/* Submits cmd (already ended) and waits for it and all earlier work. */
+static int submit_wait(struct vk_device *d, VkCommandBuffer cmd,
+                       const char *what, struct kk_error *err)
+{
+    if (queue_submit(d, cmd, d->fence, what, err)) {
+        kk_error_prefix(err, d->props.deviceName);
+        return -1;
+    }
+    return fence_wait(d, what, err);
 }
 
 /* One staged copy on the transfer command buffer, ordered after all
@@ -1392,6 +1454,140 @@ static bool can_record(struct vk_device *d, const char *what)
     return d->record_error[0] == 0;
 }
 
+/* *ms += the time since *t0 (profiling only). */
+static void profile_add(const struct timespec *t0, double *ms)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    *ms += ms_between(t0, &t);
+}
+
+/* ---- chunks: a recording goes to the GPU in pieces as it is recorded ---- */
+
+/* Begins chunks[n_submitted] as the command buffer being recorded.
+ *
+ * Beginning resets it: the pool allows resetting buffers one by one, and
+ * nothing runs from it, since the vk_submit_wait of the recording that
+ * used it waited. The reset is done here rather than right after that
+ * wait because it is not free (lavapipe: ~2 us a command the buffer held),
+ * and here, for every chunk but the first, it overlaps the GPU's work on
+ * the chunks before.
+ *
+ * The chunk opens with a full barrier. For a pipeline barrier outside a
+ * render pass, "the first synchronization scope includes all commands that
+ * occur earlier in submission order" (Vulkan spec, vkCmdPipelineBarrier),
+ * and submission order runs across the command buffers and submissions of
+ * one queue: so the chunk sees what earlier chunks, recordings and
+ * transfers wrote. The first chunk also resets the profile's query pool,
+ * before every timestamp of the recording in submission order. */
+static VkResult chunk_begin(struct vk_device *d)
+{
+    VkCommandBufferBeginInfo bi = {
+        .sType = VK_STRUCTURE_TYPE_COMMAND_BUFFER_BEGIN_INFO,
+        .flags = VK_COMMAND_BUFFER_USAGE_ONE_TIME_SUBMIT_BIT,
+    };
+    VkCommandBuffer cmd = d->chunks[d->n_submitted];
+    VkResult r = d->fn.vkBeginCommandBuffer(cmd, &bi);
+    if (r != VK_SUCCESS)
+        return r;
+    d->cmd = cmd;
+    d->is_chunk_open = true;
+    d->chunk_commands = 0;
+    if (d->n_submitted == 0)
+        profile_begin(d);
+    barrier(d, d->cmd, STAGES_WORK, WRITES_WORK, STAGES_WORK, ACCESS_WORK);
+    /* GPU time from the previous chunk's last command to here: the GPU
+     * waiting for this chunk when the host records slower than it runs. */
+    if (d->n_submitted > 0)
+        profile_stamp(d, "(between chunks)");
+    return VK_SUCCESS;
+}
+
+/* Ends the chunk being recorded and submits it; fence as in queue_submit.
+ * A failure becomes the recording's mistake, for vk_submit_wait to report;
+ * returns whether the chunk was submitted. */
+static bool chunk_submit(struct vk_device *d, VkFence fence)
+{
+    struct timespec t0 = {0, 0};
+    if (d->profile && !d->profile->is_host_only)
+        clock_gettime(CLOCK_MONOTONIC, &t0);
+    d->is_chunk_open = false;
+    VkResult r = d->fn.vkEndCommandBuffer(d->cmd);
+    profile_call(d, CALL_END, &t0);
+    if (r != VK_SUCCESS) {
+        record_fail(d, "recording the commands failed (%s): the device may "
+                    "be out of memory; use a smaller context or --backend "
+                    "cpu", vk_result_name(r));
+        return false;
+    }
+    struct kk_error err;
+    if (queue_submit(d, d->cmd, fence, "the recorded work", &err)) {
+        record_fail(d, "%s", err.msg);
+        return false;
+    }
+    profile_call(d, CALL_SUBMIT, &t0);
+    return true;
+}
+
+/* After a command was recorded into the chunk: once the chunk is full it
+ * is submitted, so the GPU runs it while the host records the next. With
+ * every command buffer in use the last chunk just grows (never a failure). */
+static void chunk_after_command(struct vk_device *d)
+{
+    const int capacity = d->n_submitted == 0 ? VK_FIRST_CHUNK_COMMANDS
+                                             : VK_CHUNK_COMMANDS;
+    if (++d->chunk_commands < capacity || d->n_submitted + 1 >= VK_MAX_CHUNKS)
+        return;
+    struct timespec t0;
+    if (d->profile)
+        clock_gettime(CLOCK_MONOTONIC, &t0);
+    if (chunk_submit(d, VK_NULL_HANDLE)) {
+        d->n_submitted++;
+        VkResult r = chunk_begin(d);
+        if (r != VK_SUCCESS)
+            record_fail(d, "vkBeginCommandBuffer failed (%s)",
+                        vk_result_name(r));
+    }
+    if (d->profile)
+        profile_add(&t0, &d->profile->current.chunk_ms);
+}
+
+/* Ends a recording that met a mistake: the open chunk is ended and never
+ * submitted, the chunks already submitted are waited for (the caller may
+ * free the buffers they use once vk_submit_wait returns), and the mistake
+ * is reported — or the wait's own failure, a lost or hung device, which
+ * matters more. */
+static int recording_abandon(struct vk_device *d, struct kk_error *err)
+{
+    if (d->is_chunk_open) {
+        d->is_chunk_open = false;
+        d->fn.vkEndCommandBuffer(d->cmd);   /* the next vk_begin resets it */
+    }
+    int rc = 0;
+    if (d->n_submitted > 0) {
+        /* A submission of no work: its fence signals once the chunks
+         * submitted before it are done. */
+        const char *what = "the work recorded before a mistake";
+        struct kk_error why;
+        if (queue_submit(d, VK_NULL_HANDLE, d->fence, what, &why) == 0) {
+            rc = fence_wait(d, what, err);
+        } else {
+            /* The chunks may still be running and nothing can say when
+             * they end: the device is given up. */
+            rc = kk_fail(err, "%s: %s%s", d->props.deviceName, why.msg,
+                         d->is_lost ? "" : "; restart kakeya, or use "
+                                           "--backend cpu");
+            d->is_lost = true;
+        }
+    }
+    if (rc == 0)
+        rc = kk_fail(err, "%s: %s", d->props.deviceName, d->record_error);
+    d->record_error[0] = 0;
+    return rc;
+}
+
+/* ---- the recording calls ---- */
+
 int vk_begin(struct vk_device *d, struct kk_error *err)
 {
     if (d->is_lost)
@@ -1402,52 +1598,38 @@ int vk_begin(struct vk_device *d, struct kk_error *err)
         return kk_fail(err, "vk_begin while already recording (a bug in "
                        "kakeya)");
     d->record_error[0] = 0;
-    VkCommandBufferBeginInfo bi = {
-        .sType = VK_STRUCTURE_TYPE_COMMAND_BUFFER_BEGIN_INFO,
-        .flags = VK_COMMAND_BUFFER_USAGE_ONE_TIME_SUBMIT_BIT,
-    };
-    VkResult r = d->fn.vkBeginCommandBuffer(d->cmd, &bi);
+    d->n_submitted = 0;
+    VkResult r = chunk_begin(d);
     if (r != VK_SUCCESS)
         return kk_fail(err, "%s: vkBeginCommandBuffer failed (%s)",
                        d->props.deviceName, vk_result_name(r));
     d->is_recording = true;
-    profile_begin(d);
-    /* Work of earlier submissions (copies made for this pass among it) is
-     * complete and visible before anything here runs. */
-    barrier(d, d->cmd, STAGES_WORK, WRITES_WORK, STAGES_WORK, ACCESS_WORK);
     return 0;
 }
 
-/* *ms += the time since *t0 (profiling only). */
-static void profile_add(const struct timespec *t0, double *ms)
-{
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    *ms += ms_between(t0, &t);
-}
-
-static void record_dispatch(struct vk_device *d, const struct vk_pipeline *p,
+/* Records the dispatch; false when it was refused. */
+static bool record_dispatch(struct vk_device *d, const struct vk_pipeline *p,
                             const struct vk_buffer *const *bufs,
                             const void *push, uint32_t groups_x,
                             uint32_t groups_y, uint32_t groups_z)
 {
     if (!can_record(d, "vk_dispatch"))
-        return;
+        return false;
     if (!p || !p->pipe) {
         record_fail(d, "vk_dispatch: no pipeline (a bug in kakeya)");
-        return;
+        return false;
     }
     if (p->push_bytes && !push) {
         record_fail(d, "vk_dispatch: no push constants for a block of %u "
                     "bytes (a bug in kakeya)", p->push_bytes);
-        return;
+        return false;
     }
     const uint32_t *max = d->props.limits.maxComputeWorkGroupCount;
     if (groups_x > max[0] || groups_y > max[1] || groups_z > max[2]) {
         record_fail(d, "vk_dispatch: %u x %u x %u workgroups, past the "
                     "device's limit of %u x %u x %u (a bug in kakeya)",
                     groups_x, groups_y, groups_z, max[0], max[1], max[2]);
-        return;
+        return false;
     }
     VkDescriptorBufferInfo infos[VK_MAX_BINDINGS];
     VkWriteDescriptorSet writes[VK_PIPELINE_MAX_BINDINGS];
@@ -1456,7 +1638,7 @@ static void record_dispatch(struct vk_device *d, const struct vk_pipeline *p,
         if (!b || !b->buf) {
             record_fail(d, "vk_dispatch: binding %d has no buffer (a bug in "
                         "kakeya)", i);
-            return;
+            return false;
         }
         /* A whole-buffer binding may not exceed maxStorageBufferRange. */
         if (align_up(b->size, 4) > d->props.limits.maxStorageBufferRange) {
@@ -1465,7 +1647,7 @@ static void record_dispatch(struct vk_device *d, const struct vk_pipeline *p,
                         "(a bug in kakeya: split the tensor)", i,
                         MIB(b->size),
                         MIB(d->props.limits.maxStorageBufferRange));
-            return;
+            return false;
         }
         infos[i] = (VkDescriptorBufferInfo){
             .buffer = b->buf, .offset = 0, .range = VK_WHOLE_SIZE};
@@ -1497,6 +1679,7 @@ static void record_dispatch(struct vk_device *d, const struct vk_pipeline *p,
     barrier(d, d->cmd, STAGES_WORK, WRITES_WORK, STAGES_WORK, ACCESS_WORK);
     profile_call(d, CALL_BARRIER, &t0);
     profile_stamp(d, p->name[0] ? p->name : "dispatch");
+    return true;
 }
 
 void vk_dispatch(struct vk_device *d, const struct vk_pipeline *p,
@@ -1506,9 +1689,12 @@ void vk_dispatch(struct vk_device *d, const struct vk_pipeline *p,
     struct timespec t0;
     if (d->profile)
         clock_gettime(CLOCK_MONOTONIC, &t0);
-    record_dispatch(d, p, bufs, push, groups_x, groups_y, groups_z);
+    bool is_recorded = record_dispatch(d, p, bufs, push, groups_x, groups_y,
+                                       groups_z);
     if (d->profile)
-        profile_add(&t0, &d->profile->dispatch_ms);
+        profile_add(&t0, &d->profile->current.dispatch_ms);
+    if (is_recorded)
+        chunk_after_command(d);
 }
 
 /* Records the copy; false when it was refused (or empty). */
@@ -1557,7 +1743,7 @@ static bool record_copy(struct vk_device *d, const struct vk_buffer *src,
         clock_gettime(CLOCK_MONOTONIC, &t0);
     bool ok = copy_command(d, src, src_offset, dst, dst_offset, bytes);
     if (d->profile)
-        profile_add(&t0, &d->profile->copy_ms);
+        profile_add(&t0, &d->profile->current.copy_ms);
     return ok;
 }
 
@@ -1565,9 +1751,11 @@ void vk_copy(struct vk_device *d, const struct vk_buffer *src,
              VkDeviceSize src_offset, const struct vk_buffer *dst,
              VkDeviceSize dst_offset, VkDeviceSize bytes)
 {
-    if (record_copy(d, src, src_offset, dst, dst_offset, bytes))
+    if (record_copy(d, src, src_offset, dst, dst_offset, bytes)) {
         barrier(d, d->cmd, STAGES_WORK, WRITES_WORK, STAGES_WORK,
                 ACCESS_WORK);
+        chunk_after_command(d);
+    }
 }
 
 void vk_copy_for_next_pass(struct vk_device *d, const struct vk_buffer *src,
@@ -1575,7 +1763,8 @@ void vk_copy_for_next_pass(struct vk_device *d, const struct vk_buffer *src,
                            const struct vk_buffer *dst,
                            VkDeviceSize dst_offset, VkDeviceSize bytes)
 {
-    record_copy(d, src, src_offset, dst, dst_offset, bytes);
+    if (record_copy(d, src, src_offset, dst, dst_offset, bytes))
+        chunk_after_command(d);   /* the next chunk opens with a barrier */
 }
 
 int vk_submit_wait(struct vk_device *d, struct kk_error *err)
@@ -1589,28 +1778,18 @@ int vk_submit_wait(struct vk_device *d, struct kk_error *err)
         return rc;
     }
     d->is_recording = false;
-    /* Makes the results visible to host reads of mapped buffers. */
-    barrier(d, d->cmd, STAGES_WORK, WRITES_WORK, VK_PIPELINE_STAGE_HOST_BIT,
-            VK_ACCESS_HOST_READ_BIT);
-    struct timespec t0 = {0, 0};
-    if (d->profile && !d->profile->is_host_only)
-        clock_gettime(CLOCK_MONOTONIC, &t0);
-    VkResult r = d->fn.vkEndCommandBuffer(d->cmd);
-    profile_call(d, CALL_END, &t0);
-    if (d->record_error[0]) {
-        /* Nothing is submitted; the next vk_begin resets the buffer. */
-        int rc = kk_fail(err, "%s: %s", d->props.deviceName, d->record_error);
-        d->record_error[0] = 0;
-        return rc;
+    if (!d->record_error[0]) {
+        /* Makes the results visible to host reads of mapped buffers. */
+        barrier(d, d->cmd, STAGES_WORK, WRITES_WORK,
+                VK_PIPELINE_STAGE_HOST_BIT, VK_ACCESS_HOST_READ_BIT);
+        if (d->profile)
+            clock_gettime(CLOCK_MONOTONIC, &d->profile->submitted);
+        /* The fence covers the chunks submitted before this one too. */
+        chunk_submit(d, d->fence);
     }
-    if (r != VK_SUCCESS)
-        return kk_fail(err, "%s: recording the commands failed (%s): the "
-                       "device may be out of memory; use a smaller context "
-                       "or --backend cpu", d->props.deviceName,
-                       vk_result_name(r));
-    if (d->profile)
-        clock_gettime(CLOCK_MONOTONIC, &d->profile->submitted);
-    if (submit_wait(d, d->cmd, "the recorded work", err))
+    if (d->record_error[0])
+        return recording_abandon(d, err);
+    if (fence_wait(d, "the recorded work", err))
         return -1;
     profile_end(d);
     return 0;

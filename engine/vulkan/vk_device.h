@@ -18,14 +18,25 @@
  * Recording: vk_begin() opens a recording; vk_dispatch() and vk_copy()
  * record into it, each followed by a full compute/transfer memory barrier
  * (ops of one forward pass depend on each other almost always; correctness
- * over overlap); vk_submit_wait() submits it and blocks until the
- * GPU is done. One thread owns a device.
+ * over overlap). The recording is submitted in chunks as it grows — the
+ * first after a few commands, then every few dozen — so the GPU computes
+ * while the host records the rest; each chunk opens with the same full
+ * barrier, so every command sees what the commands recorded before it
+ * wrote, whichever chunk they went in. vk_submit_wait() submits the last
+ * chunk and blocks until the GPU has done them all. So a command may run
+ * as soon as it is recorded: host data it reads (mapped UPLOAD memory) must
+ * be in place before the call that records it and stay unchanged, and the
+ * buffers it uses must not be freed, until vk_submit_wait returns. One
+ * thread owns a device.
  *
  * KAKEYA_VK_PROFILE=1 times every dispatch and copy on the GPU (timestamp
- * queries) and the host's recording and waiting, and prints a table per
- * pipeline name to stderr when the device is closed. KAKEYA_VK_PROFILE=host
- * times only the host's recording (split into vk_dispatch, copies and the
- * caller's own work) and waiting, adding nothing to the GPU's work.
+ * queries; a row "(between chunks)" is the GPU's time from one chunk's end
+ * to the next one's start, mostly waiting for the host to submit it) and
+ * the host's recording and waiting, and prints a table per pipeline name
+ * to stderr when the device is closed. KAKEYA_VK_PROFILE=host times only
+ * the host's recording (split into vk_dispatch, copies, switching chunks
+ * and the caller's own work) and waiting, adding nothing to the GPU's
+ * work.
  *
  * Ownership: every _new/_open has its _free/_close, safe on NULL or on a
  * zeroed struct. Errors are values: functions that can fail return 0 or -1
@@ -154,7 +165,8 @@ void vk_pipeline_free(struct vk_device *d, struct vk_pipeline *p);
 /* ---- recording ---- */
 
 /* Opens a recording; it starts with a full barrier against the work of
- * earlier submissions. */
+ * earlier submissions. (Its command buffers are reused: the previous
+ * recording's vk_submit_wait waited for them.) */
 int vk_begin(struct vk_device *d, struct kk_error *err);
 /* Binds bufs[0..p->n_buffers-1] (whole buffers) to bindings 0.., an
  * array binding taking the next count[i] of them, pushes push_bytes of
@@ -174,12 +186,15 @@ void vk_copy_for_next_pass(struct vk_device *d, const struct vk_buffer *src,
                            VkDeviceSize src_offset,
                            const struct vk_buffer *dst,
                            VkDeviceSize dst_offset, VkDeviceSize bytes);
-/* Submits what was recorded since vk_begin and waits for it (60 s at
- * most); afterwards the results are visible to host reads of mapped
- * buffers too. A lost device or a timeout fails with a message (and every
- * later call fails: restart). A mistake while recording (a range past a
- * buffer's end, too many workgroups, a missing buffer) stops the recording
- * and is reported here instead of being submitted. */
+/* Submits the rest of what was recorded since vk_begin and waits for all
+ * of it (60 s at most); afterwards the results are visible to host reads
+ * of mapped buffers too. A lost device or a timeout fails with a message
+ * (and every later call fails: restart). A mistake while recording (a
+ * range past a buffer's end, too many workgroups, a missing buffer) stops
+ * the recording and is reported here: nothing from the chunk it happened
+ * in onwards is submitted, chunks submitted before it may have run (what
+ * the recording writes is then undefined), and this waits for them before
+ * it returns, so buffers may be freed afterwards as usual. */
 int vk_submit_wait(struct vk_device *d, struct kk_error *err);
 
 #endif
