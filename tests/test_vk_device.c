@@ -8,6 +8,8 @@
  * long enough to go to the GPU in many chunks runs in the order it was
  * recorded; a recording mistake comes back from vk_submit_wait as a
  * message, also after earlier chunks of the recording were submitted.
+ * Under KAKEYA_VK_PROFILE the table printed at close gives the driver's
+ * statistics of each dispatched pipeline, or says the device has none.
  *
  * Runs on whatever the loader offers (lavapipe, the CPU driver, on machines
  * without a GPU). With no Vulkan device at all every test says SKIP loudly
@@ -19,6 +21,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include <cmocka.h>
 
@@ -670,6 +673,87 @@ static void test_a_recording_mistake_is_reported_by_submit_wait(void **state)
     vk_device_close(d);
 }
 
+/* ---- profiling ---- */
+
+/* Closes d with stderr going to a file; what it printed, malloc'd. */
+static char *close_capturing_stderr(struct vk_device *d)
+{
+    FILE *f = tmpfile();
+    fflush(stderr);
+    int saved = dup(STDERR_FILENO);
+    if (!f || saved < 0 || dup2(fileno(f), STDERR_FILENO) < 0)
+        fail_msg("could not redirect stderr to a temporary file");
+    vk_device_close(d);
+    fflush(stderr);
+    dup2(saved, STDERR_FILENO);
+    close(saved);
+    long n = ftell(f);
+    char *text = calloc(1, n > 0 ? (size_t)n + 1 : 1);
+    assert_non_null(text);
+    rewind(f);
+    if (n > 0 && fread(text, 1, (size_t)n, f) != (size_t)n)
+        fail_msg("could not read back the captured stderr");
+    fclose(f);
+    return text;
+}
+
+static struct vk_pipeline new_axpb(struct vk_device *d, const char *name)
+{
+    struct vk_pipeline p;
+    struct kk_error err = {{0}};
+    if (vk_pipeline_new(d, axpb_spirv, sizeof axpb_spirv, 3,
+                        sizeof(struct push_axpb), &p, &err))
+        fail_msg("vk_pipeline_new: %s", err.msg);
+    snprintf(p.name, sizeof p.name, "%s", name);
+    return p;
+}
+
+/* With pipeline statistics the creation flag and the extension must be
+ * accepted by the driver; without, profiling goes on as before. Either
+ * way the pipelines are freed first, as the backend does. */
+static void test_profiling_prints_dispatched_pipelines_statistics_or_why_not(
+    void **state)
+{
+    setenv("KAKEYA_VK_PROFILE", "1", 1);
+    struct vk_device *d = open_or_skip();   /* the profile starts here */
+    unsetenv("KAKEYA_VK_PROFILE");
+    struct vk_pipeline used = new_axpb(d, "axpb_used");
+    struct vk_pipeline idle = new_axpb(d, "axpb_idle");
+    struct vk_buffer a = new_buffer(d, 256, VK_MEM_DEVICE);
+    struct vk_buffer b = new_buffer(d, 256, VK_MEM_DEVICE);
+    struct vk_buffer y = new_buffer(d, 256, VK_MEM_DEVICE);
+    const struct vk_buffer *bind[] = {&a, &b, &y};
+    struct push_axpb push = {.n = 64, .scale = 1.0f};
+    begin(d);
+    vk_dispatch(d, &used, bind, &push, 1, 1, 1);
+    submit(d);
+    vk_pipeline_free(d, &used);
+    vk_pipeline_free(d, &idle);
+    vk_buffer_free(d, &a);
+    vk_buffer_free(d, &b);
+    vk_buffer_free(d, &y);
+    char *out = close_capturing_stderr(d);
+    bool has_stats = strstr(out, "\n  stats axpb_used") != NULL;
+    bool says_none = strstr(out, "\n  pipeline statistics: not available "
+                                 "on this device") != NULL;
+    if (!strstr(out, "vulkan profile, 1 recordings") ||
+        has_stats == says_none || strstr(out, "axpb_idle"))
+        fail_msg("the profile printed at close:\n%s", out);
+    free(out);
+}
+
+static void test_without_profiling_closing_prints_nothing(void **state)
+{
+    unsetenv("KAKEYA_VK_PROFILE");
+    struct vk_device *d = open_or_skip();
+    struct vk_pipeline p = new_axpb(d, "axpb");
+    assert_int_equal(p.stats_entry, 0);
+    vk_pipeline_free(d, &p);
+    char *out = close_capturing_stderr(d);
+    assert_string_equal(out, "");
+    free(out);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -696,6 +780,9 @@ int main(void)
         cmocka_unit_test(
             test_bytes_that_are_not_spirv_are_refused_with_a_message),
         cmocka_unit_test(test_a_recording_mistake_is_reported_by_submit_wait),
+        cmocka_unit_test(
+            test_profiling_prints_dispatched_pipelines_statistics_or_why_not),
+        cmocka_unit_test(test_without_profiling_closing_prints_nothing),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -100,6 +100,23 @@ struct vk_profile {
     double call_ms[N_CALLS];
     long calls[N_CALLS];
     struct timespec begun, submitted;
+    /* What the driver reports of each pipeline made while profiling
+     * (VK_KHR_pipeline_executable_properties; has_statistics is false
+     * where the device does not offer it), in the order they were made;
+     * vk_pipeline.stats_entry points here. Printed for those dispatched. */
+    bool has_statistics;
+    struct pipeline_statistics *stats;
+    int n_stats, cap_stats;
+};
+
+/* The statistics of one pipeline, kept past the pipeline's end (pipelines
+ * may go before the device). */
+struct pipeline_statistics {
+    char name[64];          /* copied at its first dispatch */
+    bool is_dispatched;
+    /* Per executable a line to follow the name (": Register Count 128,
+     * ..."); malloc'd, NULL when memory ran out. */
+    char *text;
 };
 
 struct vk_device {
@@ -197,10 +214,16 @@ static void append_reason(char *s, size_t cap, const char *fmt, ...)
 
 /* ---- the loader and the instance ---- */
 
+/* The entry points kakeya does without: the 1.1 queries (a 1.0 loader),
+ * the statistics of KAKEYA_VK_PROFILE (an extension, loaded only where
+ * it was enabled). */
 static bool is_optional_fn(const char *name)
 {
     return !strcmp(name, "vkEnumerateInstanceVersion") ||
-           !strcmp(name, "vkGetPhysicalDeviceProperties2");
+           !strcmp(name, "vkGetPhysicalDeviceProperties2") ||
+           !strcmp(name, "vkGetPhysicalDeviceFeatures2") ||
+           !strcmp(name, "vkGetPipelineExecutablePropertiesKHR") ||
+           !strcmp(name, "vkGetPipelineExecutableStatisticsKHR");
 }
 
 /* Opens the loader, creates an instance at the highest API version the
@@ -477,7 +500,66 @@ int kk_vulkan_devices(struct kk_vk_device_info *out, int max,
 
 /* ---- opening a device ---- */
 
-static void profile_open(struct vk_device *d, uint32_t timestamp_bits);
+static const char *profile_mode(void);
+static void profile_open(struct vk_device *d, uint32_t timestamp_bits,
+                         bool has_statistics);
+
+/* Whether the chosen device lists extension `name`. */
+static bool has_extension(const struct vk_device *d, const char *name)
+{
+    bool found = false;
+    uint32_t n = 0;
+    if (d->fn.vkEnumerateDeviceExtensionProperties(d->phys, NULL, &n, NULL) !=
+        VK_SUCCESS || n == 0)
+        return false;
+    VkExtensionProperties *ext = calloc(n, sizeof *ext);
+    if (ext && d->fn.vkEnumerateDeviceExtensionProperties(d->phys, NULL, &n,
+                                                          ext) >= 0)
+        for (uint32_t i = 0; i < n && !found; i++)
+            found = !strcmp(ext[i].extensionName, name);
+    free(ext);
+    return found;
+}
+
+/* Whether the chosen device can report its pipelines' register use and
+ * spills: VK_KHR_pipeline_executable_properties with the feature
+ * pipelineExecutableInfo. */
+static bool offers_pipeline_statistics(const struct vk_device *d)
+{
+    if (!d->fn.vkGetPhysicalDeviceFeatures2 ||
+        !has_extension(d, VK_KHR_PIPELINE_EXECUTABLE_PROPERTIES_EXTENSION_NAME))
+        return false;
+    VkPhysicalDevicePipelineExecutablePropertiesFeaturesKHR exec = {
+        .sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_PIPELINE_EXECUTABLE_PROPERTIES_FEATURES_KHR,
+    };
+    VkPhysicalDeviceFeatures2 features = {
+        .sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_FEATURES_2,
+        .pNext = &exec,
+    };
+    d->fn.vkGetPhysicalDeviceFeatures2(d->phys, &features);
+    return exec.pipelineExecutableInfo == VK_TRUE;
+}
+
+/* Loads the device-level entry points; fails naming the first missing one
+ * that kakeya cannot do without. */
+static int device_functions(struct vk_device *d, struct kk_error *err)
+{
+    const char *missing = NULL;
+#define VK_FN_LOADER(name)
+#define VK_FN_INSTANCE(name)
+#define VK_FN_DEVICE(name)                                                \
+    d->fn.name = (PFN_##name)d->fn.vkGetDeviceProcAddr(d->device, #name); \
+    if (!d->fn.name && !is_optional_fn(#name) && !missing)                \
+        missing = #name;
+#include "vk_functions.h"
+#undef VK_FN_LOADER
+#undef VK_FN_INSTANCE
+#undef VK_FN_DEVICE
+    if (missing)
+        return kk_fail(err, "%s: the driver has no %s: update the driver, or "
+                       "use --backend cpu", d->props.deviceName, missing);
+    return 0;
+}
 
 static int device_create(struct vk_device *d, struct kk_error *err)
 {
@@ -488,15 +570,27 @@ static int device_create(struct vk_device *d, struct kk_error *err)
         .queueCount = 1,
         .pQueuePriorities = &priority,
     };
-    const char *extensions[] = {VK_KHR_PUSH_DESCRIPTOR_EXTENSION_NAME};
+    /* The pipelines' statistics are asked for only by KAKEYA_VK_PROFILE:
+     * capturing them slows pipeline creation. */
+    const bool wants_statistics = profile_mode() &&
+                                  offers_pipeline_statistics(d);
+    const char *extensions[] = {
+        VK_KHR_PUSH_DESCRIPTOR_EXTENSION_NAME,
+        VK_KHR_PIPELINE_EXECUTABLE_PROPERTIES_EXTENSION_NAME,
+    };
+    VkPhysicalDevicePipelineExecutablePropertiesFeaturesKHR exec = {
+        .sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_PIPELINE_EXECUTABLE_PROPERTIES_FEATURES_KHR,
+        .pipelineExecutableInfo = VK_TRUE,
+    };
     VkPhysicalDeviceFeatures features = {
         .shaderStorageBufferArrayDynamicIndexing = VK_TRUE,
     };
     VkDeviceCreateInfo ci = {
         .sType = VK_STRUCTURE_TYPE_DEVICE_CREATE_INFO,
+        .pNext = wants_statistics ? &exec : NULL,
         .queueCreateInfoCount = 1,
         .pQueueCreateInfos = &queue,
-        .enabledExtensionCount = 1,
+        .enabledExtensionCount = wants_statistics ? 2 : 1,
         .ppEnabledExtensionNames = extensions,
         .pEnabledFeatures = &features,
     };
@@ -508,21 +602,11 @@ static int device_create(struct vk_device *d, struct kk_error *err)
                        "--devices`), or use --backend cpu",
                        d->props.deviceName, vk_result_name(r));
     }
-
-    const char *missing = NULL;
-#define VK_FN_LOADER(name)
-#define VK_FN_INSTANCE(name)
-#define VK_FN_DEVICE(name)                                                \
-    d->fn.name = (PFN_##name)d->fn.vkGetDeviceProcAddr(d->device, #name); \
-    if (!d->fn.name && !missing)                                          \
-        missing = #name;
-#include "vk_functions.h"
-#undef VK_FN_LOADER
-#undef VK_FN_INSTANCE
-#undef VK_FN_DEVICE
-    if (missing)
-        return kk_fail(err, "%s: the driver has no %s: update the driver, or "
-                       "use --backend cpu", d->props.deviceName, missing);
+    if (device_functions(d, err))
+        return -1;
+    const bool has_statistics =
+        wants_statistics && d->fn.vkGetPipelineExecutablePropertiesKHR &&
+        d->fn.vkGetPipelineExecutableStatisticsKHR;
 
     d->fn.vkGetDeviceQueue(d->device, d->queue_family, 0, &d->queue);
 
@@ -562,7 +646,8 @@ static int device_create(struct vk_device *d, struct kk_error *err)
         d->fn.vkGetPhysicalDeviceQueueFamilyProperties(d->phys, &n_families,
                                                        families);
         if (d->queue_family < n_families)
-            profile_open(d, families[d->queue_family].timestampValidBits);
+            profile_open(d, families[d->queue_family].timestampValidBits,
+                         has_statistics);
         free(families);
     }
     VkFenceCreateInfo fence = {.sType = VK_STRUCTURE_TYPE_FENCE_CREATE_INFO};
@@ -661,12 +746,21 @@ static double ms_between(const struct timespec *a, const struct timespec *b)
            (double)(b->tv_nsec - a->tv_nsec) / 1e6;
 }
 
-/* Starts profiling when KAKEYA_VK_PROFILE asks and the queue has
- * timestamps; otherwise leaves d->profile NULL (profiling is optional). */
-static void profile_open(struct vk_device *d, uint32_t timestamp_bits)
+/* KAKEYA_VK_PROFILE's value when it asks for profiling, else NULL. */
+static const char *profile_mode(void)
 {
     const char *env = getenv("KAKEYA_VK_PROFILE");
-    if (!env || !*env || !strcmp(env, "0"))
+    return env && *env && strcmp(env, "0") ? env : NULL;
+}
+
+/* Starts profiling when KAKEYA_VK_PROFILE asks and the queue has
+ * timestamps; otherwise leaves d->profile NULL (profiling is optional).
+ * has_statistics: the device was made with pipeline statistics on. */
+static void profile_open(struct vk_device *d, uint32_t timestamp_bits,
+                         bool has_statistics)
+{
+    const char *env = profile_mode();
+    if (!env)
         return;
     const bool host_only = !strcmp(env, "host");
     if (!host_only && timestamp_bits == 0)
@@ -675,6 +769,7 @@ static void profile_open(struct vk_device *d, uint32_t timestamp_bits)
     if (!p)
         return;
     p->is_host_only = host_only;
+    p->has_statistics = has_statistics;
     if (host_only) {
         d->profile = p;
         return;
@@ -777,6 +872,219 @@ static void profile_end(struct vk_device *d)
                        (double)(ts[i] - ts[i - 1]) * p->ns_per_tick / 1e6);
 }
 
+/* ---- pipeline statistics (KAKEYA_VK_PROFILE) ---- */
+
+/* A growing string; is_short once an allocation failed (the text then
+ * ends where it was, still terminated). */
+struct text {
+    char *s;
+    size_t len, cap;
+    bool is_short;
+};
+
+static void text_add(struct text *t, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+static void text_add(struct text *t, const char *fmt, ...)
+{
+    if (t->is_short)
+        return;
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(NULL, 0, fmt, ap);
+    va_end(ap);
+    if (n < 0)
+        return;
+    size_t need = t->len + (size_t)n + 1;
+    if (need > t->cap) {
+        char *grown = realloc(t->s, need * 2);
+        if (!grown) {
+            t->is_short = true;
+            return;
+        }
+        t->s = grown;
+        t->cap = need * 2;
+    }
+    va_start(ap, fmt);
+    vsnprintf(t->s + t->len, t->cap - t->len, fmt, ap);
+    va_end(ap);
+    t->len += (size_t)n;
+}
+
+/* "Register Count 128": a statistic's name and value. The driver's
+ * strings are bounded by VK_MAX_DESCRIPTION_SIZE, not trusted to end. */
+static void text_add_statistic(struct text *t,
+                               const VkPipelineExecutableStatisticKHR *s)
+{
+    const int w = VK_MAX_DESCRIPTION_SIZE;
+    switch (s->format) {
+    case VK_PIPELINE_EXECUTABLE_STATISTIC_FORMAT_BOOL32_KHR:
+        text_add(t, "%.*s %s", w, s->name, s->value.b32 ? "yes" : "no");
+        break;
+    case VK_PIPELINE_EXECUTABLE_STATISTIC_FORMAT_INT64_KHR:
+        text_add(t, "%.*s %lld", w, s->name, (long long)s->value.i64);
+        break;
+    case VK_PIPELINE_EXECUTABLE_STATISTIC_FORMAT_UINT64_KHR:
+        text_add(t, "%.*s %llu", w, s->name,
+                 (unsigned long long)s->value.u64);
+        break;
+    case VK_PIPELINE_EXECUTABLE_STATISTIC_FORMAT_FLOAT64_KHR:
+        text_add(t, "%.*s %g", w, s->name, s->value.f64);
+        break;
+    default:
+        text_add(t, "%.*s (format %d)", w, s->name, (int)s->format);
+        break;
+    }
+}
+
+/* Appends " Register Count 128, Spill Bytes 0, ...": every statistic of
+ * executable `index` of pipe. */
+static void text_add_executable(struct vk_device *d, VkPipeline pipe,
+                                uint32_t index, struct text *t)
+{
+    VkPipelineExecutableInfoKHR info = {
+        .sType = VK_STRUCTURE_TYPE_PIPELINE_EXECUTABLE_INFO_KHR,
+        .pipeline = pipe,
+        .executableIndex = index,
+    };
+    uint32_t n = 0;
+    VkPipelineExecutableStatisticKHR *stats = NULL;
+    VkResult r = d->fn.vkGetPipelineExecutableStatisticsKHR(d->device, &info,
+                                                            &n, NULL);
+    if (r == VK_SUCCESS && n > 0) {
+        stats = calloc(n, sizeof *stats);
+        for (uint32_t i = 0; stats && i < n; i++)
+            stats[i].sType =
+                VK_STRUCTURE_TYPE_PIPELINE_EXECUTABLE_STATISTIC_KHR;
+        r = stats ? d->fn.vkGetPipelineExecutableStatisticsKHR(
+                        d->device, &info, &n, stats)
+                  : VK_ERROR_OUT_OF_HOST_MEMORY;
+        if (r == VK_INCOMPLETE)   /* fewer than counted: n says how many */
+            r = VK_SUCCESS;
+    }
+    if (r != VK_SUCCESS)
+        text_add(t, " not readable (%s)", vk_result_name(r));
+    else if (n == 0)
+        text_add(t, " no statistics");
+    for (uint32_t i = 0; r == VK_SUCCESS && i < n; i++) {
+        text_add(t, "%s", i ? ", " : " ");
+        text_add_statistic(t, &stats[i]);
+    }
+    free(stats);
+}
+
+/* What the driver reports of pipe: per executable, a line to follow the
+ * pipeline's name (": Register Count 128, ..."; where there are several
+ * executables, their names first). malloc'd; NULL when out of memory. */
+static char *statistics_text(struct vk_device *d, VkPipeline pipe)
+{
+    VkPipelineInfoKHR info = {
+        .sType = VK_STRUCTURE_TYPE_PIPELINE_INFO_KHR,
+        .pipeline = pipe,
+    };
+    uint32_t n = 0;
+    VkPipelineExecutablePropertiesKHR *exes = NULL;
+    VkResult r = d->fn.vkGetPipelineExecutablePropertiesKHR(d->device, &info,
+                                                            &n, NULL);
+    if (r == VK_SUCCESS && n > 0) {
+        exes = calloc(n, sizeof *exes);
+        for (uint32_t i = 0; exes && i < n; i++)
+            exes[i].sType =
+                VK_STRUCTURE_TYPE_PIPELINE_EXECUTABLE_PROPERTIES_KHR;
+        r = exes ? d->fn.vkGetPipelineExecutablePropertiesKHR(
+                       d->device, &info, &n, exes)
+                 : VK_ERROR_OUT_OF_HOST_MEMORY;
+        if (r == VK_INCOMPLETE)
+            r = VK_SUCCESS;
+    }
+    struct text t = {0};
+    if (r != VK_SUCCESS)
+        text_add(&t, ": statistics not readable (%s)\n", vk_result_name(r));
+    else if (n == 0)
+        text_add(&t, ": the driver reports no executables\n");
+    for (uint32_t e = 0; r == VK_SUCCESS && e < n; e++) {
+        if (n > 1)
+            text_add(&t, " (%.*s)", VK_MAX_DESCRIPTION_SIZE, exes[e].name);
+        text_add(&t, ":");
+        text_add_executable(d, pipe, e, &t);
+        text_add(&t, "\n");
+    }
+    free(exes);
+    return t.s;
+}
+
+/* Whether pipelines are to be made with their statistics captured. */
+static bool profile_has_statistics(const struct vk_device *d)
+{
+    return d->profile && d->profile->has_statistics;
+}
+
+/* Keeps what the driver reports of pipe, just made; returns the entry's
+ * number for vk_pipeline.stats_entry (0: statistics are off, or memory
+ * ran out and this pipeline goes without). Read now, as the pipeline may
+ * be gone by the time the profile is printed. */
+static int profile_pipeline_made(struct vk_device *d, VkPipeline pipe)
+{
+    struct vk_profile *p = d->profile;
+    if (!profile_has_statistics(d))
+        return 0;
+    if (p->n_stats == p->cap_stats) {
+        int cap = p->cap_stats ? p->cap_stats * 2 : 32;
+        struct pipeline_statistics *grown =
+            realloc(p->stats, (size_t)cap * sizeof *grown);
+        if (!grown)
+            return 0;
+        p->stats = grown;
+        p->cap_stats = cap;
+    }
+    p->stats[p->n_stats] = (struct pipeline_statistics){
+        .text = statistics_text(d, pipe),
+    };
+    return ++p->n_stats;
+}
+
+/* A dispatch of pipe is being recorded: its statistics get printed, under
+ * its name. */
+static void profile_dispatched(struct vk_device *d,
+                               const struct vk_pipeline *pipe)
+{
+    struct vk_profile *p = d->profile;
+    if (!p || pipe->stats_entry <= 0 || pipe->stats_entry > p->n_stats)
+        return;
+    struct pipeline_statistics *s = &p->stats[pipe->stats_entry - 1];
+    if (s->is_dispatched)
+        return;
+    s->is_dispatched = true;
+    snprintf(s->name, sizeof s->name, "%s",
+             pipe->name[0] ? pipe->name : "dispatch");
+}
+
+/* "  stats NAME: ..." per executable of each pipeline that was dispatched,
+ * or one line saying the device has no statistics to give. */
+static void profile_print_statistics(const struct vk_profile *p)
+{
+    if (!p->has_statistics) {
+        fprintf(stderr, "  pipeline statistics: not available on this "
+                "device (no VK_KHR_pipeline_executable_properties)\n");
+        return;
+    }
+    for (int i = 0; i < p->n_stats; i++) {
+        const struct pipeline_statistics *s = &p->stats[i];
+        if (!s->is_dispatched)
+            continue;
+        if (!s->text) {
+            fprintf(stderr, "  stats %s: not kept (out of memory)\n",
+                    s->name);
+            continue;
+        }
+        for (const char *line = s->text; *line;) {
+            const char *end = strchr(line, '\n');
+            size_t len = end ? (size_t)(end - line) : strlen(line);
+            fprintf(stderr, "  stats %s%.*s\n", s->name, (int)len, line);
+            line += len + (end != NULL);
+        }
+    }
+}
+
 /* What one clock_gettime costs here: the full profile reads the clock
  * six times a dispatch, and in a virtual machine a read may be a system
  * call, which then shows up as recording time. */
@@ -821,9 +1129,13 @@ static void profile_close(struct vk_device *d)
                 fprintf(stderr, "  host %-26s %8ld x %7.2f us\n",
                         call_names[k], p->calls[k],
                         1e3 * p->call_ms[k] / p->calls[k]);
+        profile_print_statistics(p);
     }
     if (p->pool)
         d->fn.vkDestroyQueryPool(d->device, p->pool, NULL);
+    for (int i = 0; i < p->n_stats; i++)
+        free(p->stats[i].text);
+    free(p->stats);
     free(p);
     d->profile = NULL;
 }
@@ -1392,6 +1704,8 @@ int vk_pipeline_new_arrays(struct vk_device *d, const uint32_t *spirv,
             },
             .layout = out->layout,
         };
+        if (profile_has_statistics(d))
+            cpi.flags |= VK_PIPELINE_CREATE_CAPTURE_STATISTICS_BIT_KHR;
         step = "vkCreateComputePipelines";
         r = d->fn.vkCreateComputePipelines(d->device, VK_NULL_HANDLE, 1, &cpi,
                                            NULL, &out->pipe);
@@ -1408,6 +1722,7 @@ int vk_pipeline_new_arrays(struct vk_device *d, const uint32_t *spirv,
         out->count[i] = (uint8_t)count[i];
     out->n_buffers = n_buffers;
     out->push_bytes = push_bytes;
+    out->stats_entry = profile_pipeline_made(d, out->pipe);
     return 0;
 }
 
@@ -1660,6 +1975,7 @@ static bool record_dispatch(struct vk_device *d, const struct vk_pipeline *p,
             .descriptorType = VK_DESCRIPTOR_TYPE_STORAGE_BUFFER,
             .pBufferInfo = &infos[first],
         };
+    profile_dispatched(d, p);
     struct timespec t0 = {0, 0};
     if (d->profile && !d->profile->is_host_only)
         clock_gettime(CLOCK_MONOTONIC, &t0);

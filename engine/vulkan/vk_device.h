@@ -36,7 +36,12 @@
  * to stderr when the device is closed. KAKEYA_VK_PROFILE=host times only
  * the host's recording (split into vk_dispatch, copies, switching chunks
  * and the caller's own work) and waiting, adding nothing to the GPU's
- * work.
+ * work. Under either, where the device offers
+ * VK_KHR_pipeline_executable_properties the pipelines are made with their
+ * statistics captured, and the table ends with what the driver reports
+ * (registers, spills, shared memory...) for each pipeline that was
+ * dispatched; without the extension a line says so. Profiling off, nothing
+ * of this is asked for.
  *
  * Ownership: every _new/_open has its _free/_close, safe on NULL or on a
  * zeroed struct. Errors are values: functions that can fail return 0 or -1
@@ -88,6 +93,9 @@ struct vk_pipeline {
     int n_buffers;          /* the sum of count: buffers a dispatch binds */
     uint32_t push_bytes;    /* push-constant block size */
     char name[64];          /* for KAKEYA_VK_PROFILE's table; may be "" */
+    /* KAKEYA_VK_PROFILE with pipeline statistics: 1 + the index of what
+     * the driver reported for this pipeline among the device's; else 0. */
+    int stats_entry;
 };
 
 struct vk_device;

@@ -9,7 +9,8 @@
  *   VK_FN_DEVICE    vkGetDeviceProcAddr(device, name): straight into the
  *                   driver, without the loader's trampoline.
  * An includer that defines only VK_FN gets all three mapped to it. To call
- * a function that is not here, add it here (under its level) first. */
+ * a function that is not here, add it here (under its level) first; one
+ * that may be absent also goes in vk_device.c's is_optional_fn. */
 
 #ifndef VK_FN_LOADER
 #define VK_FN_LOADER VK_FN
@@ -34,6 +35,7 @@ VK_FN_INSTANCE(vkEnumeratePhysicalDevices)
 VK_FN_INSTANCE(vkGetPhysicalDeviceProperties)
 VK_FN_INSTANCE(vkGetPhysicalDeviceProperties2) /* core 1.1; may be NULL */
 VK_FN_INSTANCE(vkGetPhysicalDeviceFeatures)
+VK_FN_INSTANCE(vkGetPhysicalDeviceFeatures2) /* core 1.1; may be NULL */
 VK_FN_INSTANCE(vkGetPhysicalDeviceQueueFamilyProperties)
 VK_FN_INSTANCE(vkGetPhysicalDeviceMemoryProperties)
 VK_FN_INSTANCE(vkEnumerateDeviceExtensionProperties)
@@ -83,6 +85,10 @@ VK_FN_DEVICE(vkCmdResetQueryPool)
 VK_FN_DEVICE(vkCmdWriteTimestamp)
 VK_FN_DEVICE(vkGetQueryPoolResults)
 VK_FN_DEVICE(vkCmdCopyBuffer)
+/* VK_KHR_pipeline_executable_properties, enabled only under
+ * KAKEYA_VK_PROFILE where the device offers it; may be NULL. */
+VK_FN_DEVICE(vkGetPipelineExecutablePropertiesKHR)
+VK_FN_DEVICE(vkGetPipelineExecutableStatisticsKHR)
 
 #ifdef KK_VK_FN_LOADER_DEFAULTED
 #undef VK_FN_LOADER
