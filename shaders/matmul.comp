@@ -376,11 +376,16 @@ void norm_scales(uint t0, uint nt)
     const uint tid = gl_LocalInvocationID.x;
     const uint threads = gl_WorkGroupSize.x;
     for (uint c = 0u; c < nt; c += NORM_BATCH) {
+        /* entry e: lane e % NORM_LANES of token c + e / NORM_LANES; a
+         * subgroup's entries are one token's (threads is a multiple of
+         * NORM_LANES) */
         for (uint e = tid; e < NORM_LANES * NORM_BATCH; e += threads) {
             const uint t = c + e / NORM_LANES;
-            norm_part[e] = t < nt ? norm_lane_sum((t0 + t) * pc.n_cols,
-                                                  pc.n_cols, e % NORM_LANES)
-                                  : 0.0;
+            const float s = t < nt ? norm_lane_sum((t0 + t) * pc.n_cols,
+                                                   pc.n_cols, e % NORM_LANES)
+                                   : 0.0;
+            NORM_PUT(norm_part, (e / NORM_LANES) * NORM_LANES, e % NORM_LANES,
+                     s)
         }
         barrier();
         if (tid < NORM_BATCH && c + tid < nt) {

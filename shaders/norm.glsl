@@ -4,44 +4,80 @@
  * either is the same token to the matmuls after it — what keeps verifying
  * a block (separate norm) equal to decoding it (folded norm) to the bit.
  *
- * NORM_LANES lanes split the row: lane i sums the squares of values i,
- * i + NORM_LANES, ... in order, each as one fma; the lanes' sums are
- * added in lane order; scale = 1 / sqrt(sum / dim + eps). `precise`
- * keeps the compiler from fusing or reordering any of it differently in
- * the two shaders. The includer declares the float array x. */
+ * NORM_LANES lanes split the row into runs of 4 values: lane i takes runs
+ * i, i + NORM_LANES, ... in order and sums their squares, each as one fma
+ * (`precise`: no compiler may fuse or reorder it differently in the two
+ * shaders). The lanes' sums meet by subgroupAdd, then the subgroups' sums
+ * are added in order: scale = 1 / sqrt(sum / dim + eps). The loads are
+ * what costs (x comes from L2): a lane issues all of a step's loads before
+ * its first fma, so a 2048-wide row is one round trip, not 32.
+ *
+ * The includer declares the float array x, its vec4 view x4 (a row of a
+ * width that is a multiple of 4 starts on a vec4), and enables
+ * GL_KHR_shader_subgroup_arithmetic; lanes are NORM_LANES consecutive
+ * invocations, whole subgroups of at most NORM_LANES. */
 #ifndef KK_NORM_GLSL
 #define KK_NORM_GLSL
 
 #define NORM_LANES 64u
+#define NORM_STEP 8u    /* runs a lane loads before it adds */
 
-/* Lane `lane`'s sum of squares of x[base .. base + dim), four loads in
- * flight at a time, added in the order of the plain loop. */
+/* Lane `lane`'s sum of squares of x[base .. base + dim). */
 float norm_lane_sum(uint base, uint dim, uint lane)
 {
     precise float s = 0.0;
-    uint i = lane;
-    for (; i + 3u * NORM_LANES < dim; i += 4u * NORM_LANES) {
-        const float a = x[base + i], b = x[base + i + NORM_LANES];
-        const float c = x[base + i + 2u * NORM_LANES];
-        const float d = x[base + i + 3u * NORM_LANES];
-        s = fma(a, a, s);
-        s = fma(b, b, s);
-        s = fma(c, c, s);
-        s = fma(d, d, s);
+    const uint runs = (dim + 3u) / 4u;
+    uint c = lane;
+    if ((dim & 3u) == 0u) {
+        const uint b4 = base >> 2u;
+        for (; c + (NORM_STEP - 1u) * NORM_LANES < runs;
+             c += NORM_STEP * NORM_LANES) {
+            vec4 v[NORM_STEP];
+            [[unroll]] for (uint k = 0u; k < NORM_STEP; k++)
+                v[k] = x4[b4 + c + k * NORM_LANES];
+            [[unroll]] for (uint k = 0u; k < NORM_STEP; k++) {
+                s = fma(v[k].x, v[k].x, s);
+                s = fma(v[k].y, v[k].y, s);
+                s = fma(v[k].z, v[k].z, s);
+                s = fma(v[k].w, v[k].w, s);
+            }
+        }
+        for (; c < runs; c += NORM_LANES) {
+            const vec4 v = x4[b4 + c];
+            s = fma(v.x, v.x, s);
+            s = fma(v.y, v.y, s);
+            s = fma(v.z, v.z, s);
+            s = fma(v.w, v.w, s);
+        }
+        return s;
     }
-    for (; i < dim; i += NORM_LANES) {
-        const float a = x[base + i];
-        s = fma(a, a, s);
-    }
+    /* a width not a multiple of 4: the same runs, value by value */
+    for (; c < runs; c += NORM_LANES)
+        for (uint k = 0u; k < 4u && 4u * c + k < dim; k++) {
+            const float a = x[base + 4u * c + k];
+            s = fma(a, a, s);
+        }
     return s;
 }
 
-/* The scale from the lanes' sums part[at .. at + NORM_LANES). */
+/* Subgroups per NORM_LANES lanes. */
+uint norm_subgroups() { return NORM_LANES / gl_SubgroupSize; }
+
+/* Puts the lane's sum s into part[at + its subgroup's index among the
+ * lanes' subgroups]; every invocation of the subgroup must call it. */
+#define NORM_PUT(part, at, lane, s)                                          \
+    {                                                                        \
+        const float t_ = subgroupAdd(s);                                     \
+        if (subgroupElect())                                                 \
+            part[(at) + (lane) / gl_SubgroupSize] = t_;                      \
+    }
+
+/* The scale from the subgroups' sums part[at .. at + norm_subgroups()). */
 #define NORM_SCALE(part, at, dim, eps, scale)                                \
     {                                                                        \
         precise float s_ = part[at];                                         \
-        for (uint l_ = 1u; l_ < NORM_LANES; l_++)                            \
-            s_ += part[(at) + l_];                                           \
+        for (uint g_ = 1u; g_ < norm_subgroups(); g_++)                      \
+            s_ += part[(at) + g_];                                           \
         precise float v_ = s_ / float(dim) + (eps);                          \
         scale = 1.0 / sqrt(v_);                                              \
     }
