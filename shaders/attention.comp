@@ -6,26 +6,46 @@
  * 0..n_vis-1 in order (the batch's own, in the stage buffers, come last)
  * and taken WG at a time. Each thread scores one key of the chunk (a dot
  * product with the query, held in shared memory, over head_dim values read
- * in place from the cache or stage buffer: f32, f16 or q8_0); the chunk's
- * maximum is found in shared memory, and an online softmax rescales what
- * was accumulated so far (running maximum m, per-thread running sums l,
- * outputs o) by e^(m_old - m_new). Then the threads, split into partitions
- * of head_dim/4 threads, add p_k V[k] for the chunk's keys: each thread
- * owns 4 output values of its partition, each partition every parts-th
- * key. At the end the partitions' outputs and the threads' sums are added
- * in shared memory. Nothing but a few shared arrays is needed, for any
- * context length. Scores and the softmax are f32 with the maximum
- * subtracted (the CPU sums in double): agreement is to ~1e-5, not to the
- * bit.
+ * in place from the cache or stage buffer: f32, f16 or q8_0). The chunk's
+ * maximum is each subgroup's (subgroupMax), then the largest of those,
+ * which pass through shared memory (gl_NumSubgroups of them, whatever the
+ * device's subgroup size); an online softmax rescales what was accumulated
+ * so far (running maximum m, per-thread running sums l, outputs o) by
+ * e^(m_old - m_new). Then the threads, split into partitions of tpp threads
+ * (head_dim/4 rounded up to a power of two), add p_k V[k] for the chunk's
+ * keys: each thread owns 4 output values of its partition, each partition
+ * every parts-th key. At the end the threads' sums are added the same way
+ * (subgroupAdd, then the subgroups' sums) and the partitions' outputs in
+ * shared memory. Nothing but a few shared arrays is needed, for any context
+ * length. Scores and the softmax are f32 with the maximum subtracted (the
+ * CPU sums in double): agreement is to ~1e-5, not to the bit. Every
+ * reduction stays inside the workgroup, in an order fixed by the device
+ * alone, so a row has the same bits alone (decoding) as in a batch
+ * (speculative verification), which greedy speculative decoding needs.
  *
- * Speed: the loops that read K and V are specialised per storage type and
- * buffer, with no branch between a load and its use, so that a thread's
- * loads (8 at a time) are in flight together; a branch there makes the
- * GPU wait for each load in turn (on an H200, 4x slower). Heads whose
- * values cannot be read 4 at a time (f16 rows off a word, q8_0 blocks not
- * a multiple of 4, head_dim not a multiple of 4) take a slower path value
- * by value. */
+ * Speed: decoding runs only n_head workgroups, too few to fill a GPU, so a
+ * workgroup's time is its chain of waits, for loads and at barriers. A
+ * chunk costs two barriers (after the subgroups' maxima, after the
+ * probabilities) where trees in shared memory took eleven, and the end one
+ * where it took nine. The chunk's shared arrays come in two copies used in
+ * turn, so that a chunk overwrites nothing a slower thread may still read
+ * from the one before and needs no barrier of its own: the copy it writes
+ * was last read by the chunk before last, which every thread had finished
+ * before the last chunk's first barrier. Partitions are as narrow as the
+ * head allows (16 threads for a head of 64, where 32 left half of them
+ * idle), so that a chunk's V rows take half the rounds of loads. The loops
+ * that read K and V are specialised per storage type and buffer, with no
+ * branch between a load and its use, so that a thread's loads (8 at a time)
+ * are in flight together; a branch there makes the GPU wait for each load
+ * in turn (on an H200, 4x slower). 16 loads at a time (a key's 64 values,
+ * or 16 keys' values) made lavapipe up to 2x slower; on a GPU that is
+ * unmeasured. Heads whose values cannot be read 4 at a time (f16 rows off a
+ * word, q8_0 blocks not a multiple of 4, head_dim not a multiple of 4) take
+ * a slower path value by value. */
 #version 450
+
+#extension GL_KHR_shader_subgroup_basic : require
+#extension GL_KHR_shader_subgroup_arithmetic : require
 
 #include "common.glsl"
 
@@ -33,6 +53,7 @@
 #define HD_MAX 256u
 #define STAGED 0x80000000u  /* row index flag: in the stage buffers */
 #define V_STEP 8u           /* keys whose values are loaded together */
+#define NEG_INF uintBitsToFloat(0xff800000u)
 
 layout(local_size_x = 256) in;
 
@@ -50,10 +71,13 @@ layout(push_constant) uniform Push {
     float scale;
 } pc;
 
+/* The chunk's arrays come in two copies used in turn (chunk c's are
+ * [c & 1]); WG entries hold every subgroup's value whatever its size. */
 shared vec4 qsh[HD_MAX / 4u];   /* the query head, zero-padded to 4 */
-shared float red[WG];           /* reductions: chunk maximum, final sum */
-shared float psh[WG];           /* the chunk's probabilities */
-shared uint rsh[WG];            /* the chunk's rows: index | STAGED */
+shared float msh[2][WG];        /* each subgroup's maximum score */
+shared float psh[2][WG];        /* the chunk's probabilities */
+shared uint rsh[2][WG];         /* the chunk's rows: index | STAGED */
+shared float lsh[WG];           /* each subgroup's sum of l, at the end */
 shared float osh[4u * WG];      /* the partitions' outputs, at the end */
 
 /* ---- reading values of a stored row ---- */
@@ -133,18 +157,19 @@ DEFINE_READERS(vs)
     }
 
 /* o += p_j V_j (values dv .. dv+3) for this partition's keys j in
- * [jb, je) (jb in the partition's sequence), V_STEP keys per step with
- * all their loads before the first use: keys past je are clamped to a
- * valid one and weigh 0, so no branch separates a load from its use. */
+ * [jb, je) of chunk copy b (jb in the partition's sequence), V_STEP keys
+ * per step with all their loads before the first use: keys past je are
+ * clamped to a valid one and weigh 0, so no branch separates a load from
+ * its use. */
 #define V_LOOP(FETCH, buf, jb, je)                                           \
     for (uint j0_ = (jb); j0_ < (je); j0_ += V_STEP * parts) {               \
         vec4 v_[V_STEP];                                                     \
         float p_[V_STEP];                                                    \
         [[unroll]] for (uint u_ = 0u; u_ < V_STEP; u_++) {                   \
             const uint j_ = min(j0_ + u_ * parts, (je) - 1u);                \
-            const uint off_ = (rsh[j_] & ~STAGED) * pc.row_bytes;            \
+            const uint off_ = (rsh[b][j_] & ~STAGED) * pc.row_bytes;         \
             v_[u_] = FETCH(buf, off_, e0 + dv);                              \
-            p_[u_] = j0_ + u_ * parts < (je) ? psh[j_] : 0.0;                \
+            p_[u_] = j0_ + u_ * parts < (je) ? psh[b][j_] : 0.0;             \
         }                                                                    \
         [[unroll]] for (uint u_ = 0u; u_ < V_STEP; u_++)                     \
             o += p_[u_] * v_[u_];                                            \
@@ -153,11 +178,11 @@ DEFINE_READERS(vs)
 /* The same, value by value (n of the 4 valid), for any type. */
 #define V_SLOW(buf, jb, je)                                                  \
     for (uint j_ = (jb); j_ < (je); j_ += parts) {                           \
-        const uint off_ = (rsh[j_] & ~STAGED) * pc.row_bytes;                \
+        const uint off_ = (rsh[b][j_] & ~STAGED) * pc.row_bytes;             \
         vec4 v_ = vec4(0.0);                                                 \
         for (uint i_ = 0u; i_ < nv; i_++)                                    \
             v_[i_] = value_##buf(off_, e0 + dv + i_);                        \
-        o += psh[j_] * v_;                                                   \
+        o += psh[b][j_] * v_;                                                \
     }
 
 /* The cache slot of position k (kv.h's kv_slot). */
@@ -169,6 +194,41 @@ uint slot_of(uint k)
         return k < pc.n_sink ? k : pc.n_sink + (k - pc.n_sink) %
                                                    (pc.capacity - pc.n_sink);
     return k;
+}
+
+/* ---- reductions over the workgroup (every thread calls, in uniform
+ * control flow; each holds one barrier) ---- */
+
+/* The largest x of the workgroup, in every thread: each subgroup's
+ * (subgroupMax), through msh[b], then the largest of those, a few to a
+ * lane, by subgroupMax again. Max is exact, so no order matters. */
+float workgroup_max(float x, uint b)
+{
+    const float sub = subgroupMax(x);
+    if (subgroupElect())
+        msh[b][gl_SubgroupID] = sub;
+    barrier();
+    float y = NEG_INF;
+    for (uint i = gl_SubgroupInvocationID; i < gl_NumSubgroups;
+         i += gl_SubgroupSize)
+        y = max(y, msh[b][i]);
+    return subgroupMax(y);
+}
+
+/* The sum of x over the workgroup the same way, through lsh: the same
+ * additions in the same order whatever the batch, as each workgroup
+ * reduces only its own threads. */
+float workgroup_sum(float x)
+{
+    const float sub = subgroupAdd(x);
+    if (subgroupElect())
+        lsh[gl_SubgroupID] = sub;
+    barrier();
+    float y = 0.0;
+    for (uint i = gl_SubgroupInvocationID; i < gl_NumSubgroups;
+         i += gl_SubgroupSize)
+        y += lsh[i];
+    return subgroupAdd(y);
 }
 
 void main()
@@ -206,21 +266,25 @@ void main()
     }
     barrier();
 
-    /* The V partitions: tpp threads of 4 values cover a head. */
-    const uint tpp = hd <= 128u ? 32u : 64u;
+    /* The V partitions: tpp threads of 4 values cover a head, tpp the
+     * least power of two that does (at least 4), so that partitions tile
+     * the workgroup and as many keys as possible are read at once. */
+    uint tpp = 4u;
+    while (4u * tpp < hd)
+        tpp <<= 1u;
     const uint parts = WG / tpp;
     const uint part = tid / tpp, dv = 4u * (tid % tpp);
     const uint nv = dv < hd ? min(4u, hd - dv) : 0u;
 
-    const float neg_inf = uintBitsToFloat(0xff800000u);
-    float m = neg_inf;   /* running maximum (the same in every thread) */
+    float m = NEG_INF;   /* running maximum (the same in every thread) */
     float l = 0.0;       /* this thread's share of the running sum */
     vec4 o = vec4(0.0);  /* this thread's values of its partition's output */
 
     for (uint c0 = 0u; c0 < n_vis; c0 += WG) {
         const uint cnt = min(WG, n_vis - c0);
+        const uint b = (c0 / WG) & 1u;  /* this chunk's copy of the arrays */
         /* 1. score this thread's key */
-        float s = neg_inf;
+        float s = NEG_INF;
         if (tid < cnt) {
             const uint vi = c0 + tid;
             const uint k = vi < uint(sink_end) ? vi
@@ -228,7 +292,7 @@ void main()
             const bool staged = k >= pc.pos0;
             const uint row = staged ? k - pc.pos0 : slot_of(k);
             const uint off = row * pc.row_bytes;
-            rsh[tid] = staged ? row | STAGED : row;
+            rsh[b][tid] = staged ? row | STAGED : row;
             if (!fast) {
                 if (staged)
                     DOT_SLOW(ks, off, e0, s)
@@ -252,25 +316,21 @@ void main()
             }
             s *= pc.scale;
         }
-        red[tid] = s;
-        barrier();
-        /* 2. the chunk's maximum */
-        [[unroll]] for (uint r = WG / 2u; r > 0u; r >>= 1u) {
-            if (tid < r)
-                red[tid] = max(red[tid], red[tid + r]);
-            barrier();
-        }
-        const float m_new = max(m, red[0]);
-        const float alpha = m == neg_inf ? 0.0 : exp(m - m_new);
+        /* 2. the chunk's maximum, probabilities, and what came before
+         * rescaled */
+        const float m_new = max(m, workgroup_max(s, b));
+        const float alpha = m == NEG_INF ? 0.0 : exp(m - m_new);
         m = m_new;
-        /* 3. probabilities, and what came before rescaled */
         const float pr = tid < cnt ? exp(s - m_new) : 0.0;
-        psh[tid] = pr;
+        psh[b][tid] = pr;
         l = l * alpha + pr;
         o *= alpha;
         barrier();
-        /* 4. o += p V over this partition's keys of the chunk: those in
-         * the cache [part, split), then those staged [jb, cnt) */
+        /* 3. o += p V over this partition's keys of the chunk: those in
+         * the cache [part, split), then those staged [jb, cnt). No barrier
+         * after: the next chunk writes the other copy, and the one after
+         * writes this copy only once every thread is past the next
+         * chunk's first barrier, so done reading it here. */
         if (nv > 0u) {
             const uint split = clamp(v_stage, c0, c0 + cnt) - c0;
             const uint jb = split <= part
@@ -290,22 +350,15 @@ void main()
                 V_LOOP(FETCH_F32, vs, jb, cnt)
             }
         }
-        barrier();  /* red, psh, rsh are rewritten by the next chunk */
     }
 
-    /* The sum of every thread's share, and of the partitions' outputs. */
-    red[tid] = l;
+    /* The sum of the partitions' outputs (workgroup_sum's barrier makes
+     * osh visible), over the sum of every thread's share. */
     osh[4u * tid] = o.x;
     osh[4u * tid + 1u] = o.y;
     osh[4u * tid + 2u] = o.z;
     osh[4u * tid + 3u] = o.w;
-    barrier();
-    [[unroll]] for (uint r = WG / 2u; r > 0u; r >>= 1u) {
-        if (tid < r)
-            red[tid] += red[tid + r];
-        barrier();
-    }
-    const float inv = 1.0 / red[0];
+    const float inv = 1.0 / workgroup_sum(l);
     /* Thread i of partition k holds values 4i .. 4i+3 at osh[4 (k tpp +
      * i) ..]: value d of partition k is osh[4 tpp k + d]. */
     for (uint d = tid; d < hd; d += WG) {

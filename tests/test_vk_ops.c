@@ -10,7 +10,8 @@
  * relative (GELU may move its final f16 rounding by one half-ulp on rare
  * inputs); kv_store byte for byte against kv.c's staged rows, and its f16
  * rounding at every half's midpoint; attention over full, masked, ring and
- * sink+window caches within 1e-4. Without a
+ * sink+window caches within 1e-4, and a query row's attention alone to the
+ * bit of the same row in a batch. Without a
  * Vulkan device every test prints "SKIP (no Vulkan device): <why>" and
  * skips. */
 #include <setjmp.h>
@@ -175,6 +176,15 @@ static float *random_floats(size_t n, float lo, float hi, uint64_t *s)
     for (size_t i = 0; i < n; i++)
         v[i] = uniform(s, lo, hi);
     return v;
+}
+
+static void expect_same_bits(const float *got, const float *want, size_t n,
+                             const char *what, const char *shader)
+{
+    for (size_t i = 0; i < n; i++)
+        if (memcmp(&got[i], &want[i], sizeof *got))
+            fail_msg("%s (%s): value %zu is %.9g, want %.9g (to the bit)",
+                     what, shader, i, got[i], want[i]);
 }
 
 static void put_fp16(uint8_t *p, float f)
@@ -922,63 +932,91 @@ struct attention_case {
     int n_past, n;           /* committed tokens, then a batch of n */
 };
 
+/* Scores twice a model's (1/sqrt), so that the softmax has peaks. */
+static float attention_scale(int head_dim)
+{
+    return 2.0f / sqrtf((float)head_dim);
+}
+
 static void upload_padded(struct vk_buffer *b, const uint8_t *bytes,
                           size_t n)
 {
     *b = buffer_with(bytes, n ? n : 4);
 }
 
-static void check_attention(const struct attention_case *c)
+/* The cache of case c: positions [0, n_commit) committed (32 at a time),
+ * then [n_commit, n_commit + n_stage) staged; position k's key and value
+ * are row k of k and v (kv_dim floats each). */
+static struct kv_cache *attention_cache(const struct attention_case *c,
+                                        const float *k, const float *v,
+                                        int n_commit, int n_stage)
 {
     const int sliding[1] = {c->sliding};
     struct kv_cache *kv = new_cache(c->type, c->n_head_kv, c->head_dim,
                                     c->n_ctx, 32, c->sliding ? sliding : NULL,
                                     c->sink_window, c->n_sink);
-    const struct kv_layer *L = &kv->layers[0];
-    const int kv_dim = kv->kv_dim, hd = c->head_dim;
-    uint64_t s = 4242 + (uint64_t)c->n_past * 3 + (uint64_t)hd;
-    float *kin = random_floats((size_t)32 * kv_dim, -1.0f, 1.0f, &s);
-    float *vin = random_floats((size_t)32 * kv_dim, -1.0f, 1.0f, &s);
-    for (int pos = 0; pos < c->n_past; pos += 32) {
-        int nb = c->n_past - pos < 32 ? c->n_past - pos : 32;
-        for (size_t i = 0; i < (size_t)32 * kv_dim; i++) {
-            kin[i] = uniform(&s, -1.0f, 1.0f);
-            vin[i] = uniform(&s, -1.0f, 1.0f);
-        }
-        kv_stage(kv, 0, pos, nb, kin, vin);
+    const size_t kv_dim = (size_t)kv->kv_dim;
+    for (int pos = 0; pos < n_commit; pos += 32) {
+        const int nb = n_commit - pos < 32 ? n_commit - pos : 32;
+        kv_stage(kv, 0, pos, nb, k + pos * kv_dim, v + pos * kv_dim);
         kv_commit(kv);
     }
-    for (size_t i = 0; i < (size_t)32 * kv_dim; i++) {
-        kin[i] = uniform(&s, -1.0f, 1.0f);
-        vin[i] = uniform(&s, -1.0f, 1.0f);
-    }
-    const int pos0 = c->n_past;
-    kv_stage(kv, 0, pos0, c->n, kin, vin);
+    kv_stage(kv, 0, n_commit, n_stage, k + n_commit * kv_dim,
+             v + n_commit * kv_dim);
+    return kv;
+}
 
-    const size_t nq = (size_t)c->n * c->n_head * hd;
-    float *q = random_floats(nq, -1.0f, 1.0f, &s);
-    float *got = malloc(nq * sizeof *got);
-    const float scale = 2.0f / sqrtf((float)hd);
-
+/* out = the attention shader's n rows for queries q at positions pos0..,
+ * the rows kv has staged. */
+static void attention_on_device(const struct attention_case *c,
+                                const struct kv_cache *kv, int pos0, int n,
+                                const float *q, float *out)
+{
+    const struct kv_layer *L = &kv->layers[0];
+    const size_t nq = (size_t)n * c->n_head * c->head_dim;
     struct vk_buffer bq = buffer_with(q, nq * 4), bo = buffer_with(NULL, nq * 4);
     struct vk_buffer bkc, bvc, bks, bvs;
     upload_padded(&bkc, L->k, (size_t)L->capacity * kv->row_bytes);
     upload_padded(&bvc, L->v, (size_t)L->capacity * kv->row_bytes);
-    upload_padded(&bks, kv->stage_k, (size_t)c->n * kv->row_bytes);
-    upload_padded(&bvs, kv->stage_v, (size_t)c->n * kv->row_bytes);
+    upload_padded(&bks, kv->stage_k, (size_t)n * kv->row_bytes);
+    upload_padded(&bvs, kv->stage_v, (size_t)n * kv->row_bytes);
     const struct vk_buffer *bufs[] = {&bq, &bkc, &bvc, &bks, &bvs, &bo};
     struct vk_push_attention push = {
-        .n_rows = (uint32_t)c->n, .pos0 = (uint32_t)pos0,
+        .n_rows = (uint32_t)n, .pos0 = (uint32_t)pos0,
         .n_head = (uint32_t)c->n_head, .n_head_kv = (uint32_t)c->n_head_kv,
-        .head_dim = (uint32_t)hd, .type = (uint32_t)kv->type,
+        .head_dim = (uint32_t)c->head_dim, .type = (uint32_t)kv->type,
         .block = (uint32_t)kv->block, .row_bytes = (uint32_t)kv->row_bytes,
         .policy = (uint32_t)L->policy, .capacity = (uint32_t)L->capacity,
         .n_sink = (uint32_t)L->n_sink, .layer_window = (uint32_t)L->window,
-        .model_window = (uint32_t)c->model_window, .scale = scale,
+        .model_window = (uint32_t)c->model_window,
+        .scale = attention_scale(c->head_dim),
     };
     run("attention", 6, bufs, &push, sizeof push, (uint32_t)c->n_head,
-        (uint32_t)c->n, 1);
-    download(&bo, got, nq * 4);
+        (uint32_t)n, 1);
+    download(&bo, out, nq * 4);
+    vk_buffer_free(dev, &bq);
+    vk_buffer_free(dev, &bo);
+    vk_buffer_free(dev, &bkc);
+    vk_buffer_free(dev, &bvc);
+    vk_buffer_free(dev, &bks);
+    vk_buffer_free(dev, &bvs);
+}
+
+static void check_attention(const struct attention_case *c)
+{
+    const int hd = c->head_dim, n_pos = c->n_past + c->n;
+    const size_t kv_dim = (size_t)c->n_head_kv * hd;
+    uint64_t s = 4242 + (uint64_t)c->n_past * 3 + (uint64_t)hd;
+    float *kin = random_floats((size_t)n_pos * kv_dim, -1.0f, 1.0f, &s);
+    float *vin = random_floats((size_t)n_pos * kv_dim, -1.0f, 1.0f, &s);
+    struct kv_cache *kv = attention_cache(c, kin, vin, c->n_past, c->n);
+    const struct kv_layer *L = &kv->layers[0];
+    const int pos0 = c->n_past;
+    const size_t nq = (size_t)c->n * c->n_head * hd;
+    float *q = random_floats(nq, -1.0f, 1.0f, &s);
+    float *got = malloc(nq * sizeof *got);
+    const float scale = attention_scale(hd);
+    attention_on_device(c, kv, pos0, c->n, q, got);
 
     /* The CPU formula in double, reading rows through kv.h. */
     const int n_ctx = c->n_ctx;
@@ -1030,12 +1068,6 @@ static void check_attention(const struct attention_case *c)
             }
         }
     }
-    vk_buffer_free(dev, &bq);
-    vk_buffer_free(dev, &bo);
-    vk_buffer_free(dev, &bkc);
-    vk_buffer_free(dev, &bvc);
-    vk_buffer_free(dev, &bks);
-    vk_buffer_free(dev, &bvs);
     free(kin);
     free(vin);
     free(q);
@@ -1061,10 +1093,15 @@ static void test_attention_full_cache_matches_cpu(void **state)
      * cache */
     const struct attention_case c4 = {KV_Q8_0, 2, 1, 32, 300, 0, 0, 0, 40,
                                       100, 3};
+    /* ~700 positions: three chunks, the third reusing the first's shared
+     * arrays; the decode shape (head_dim 64, f16, groups of 4) */
+    const struct attention_case c5 = {KV_F16, 8, 2, 64, 800, 0, 0, 0, 0, 690,
+                                      9};
     check_attention(&c1);
     check_attention(&c2);
     check_attention(&c3);
     check_attention(&c4);
+    check_attention(&c5);
 }
 
 static void test_attention_ring_cache_after_wrap_matches_cpu(void **state)
@@ -1096,6 +1133,62 @@ static void test_attention_sink_window_matches_cpu(void **state)
     check_attention(&c1);
     check_attention(&c2);
     check_attention(&c3);
+}
+
+/* Row t of a batch of c->n queries at positions n_past.. against row t
+ * decoded alone at n_past + t, the batch's rows before it committed. */
+static void check_attention_batch_invariance(const struct attention_case *c)
+{
+    const int hd = c->head_dim, n_pos = c->n_past + c->n;
+    const size_t kv_dim = (size_t)c->n_head_kv * hd;
+    const size_t row_q = (size_t)c->n_head * hd;
+    uint64_t s = 99 + (uint64_t)c->n_past + (uint64_t)hd;
+    float *kin = random_floats((size_t)n_pos * kv_dim, -1.0f, 1.0f, &s);
+    float *vin = random_floats((size_t)n_pos * kv_dim, -1.0f, 1.0f, &s);
+    float *q = random_floats((size_t)c->n * row_q, -1.0f, 1.0f, &s);
+    float *batch = malloc((size_t)c->n * row_q * sizeof *batch);
+    float *alone = malloc(row_q * sizeof *alone);
+
+    struct kv_cache *kv = attention_cache(c, kin, vin, c->n_past, c->n);
+    attention_on_device(c, kv, c->n_past, c->n, q, batch);
+    kv_free(kv);
+    for (int t = 0; t < c->n; t++) {
+        kv = attention_cache(c, kin, vin, c->n_past + t, 1);
+        attention_on_device(c, kv, c->n_past + t, 1, q + t * row_q, alone);
+        char what[96];
+        snprintf(what, sizeof what, "%s %s, head_dim %d: row %d alone",
+                 kv_type_name(kv->type), kv_policy_name(kv->layers[0].policy),
+                 hd, t);
+        expect_same_bits(alone, batch + t * row_q, row_q, what, "attention");
+        kv_free(kv);
+    }
+    free(kin);
+    free(vin);
+    free(q);
+    free(batch);
+    free(alone);
+}
+
+/* Speculative greedy decoding must equal plain greedy decoding: a query
+ * row's attention has the same bits alone (decode) as in a verify batch. */
+static void test_attention_gives_a_row_the_same_bits_alone_and_in_a_batch(
+    void **state)
+{
+    (void)state;
+    REQUIRE_DEVICE();
+    /* a batch of 16 across the second chunk's start (positions 250..265);
+     * the decode shape */
+    const struct attention_case c1 = {KV_F16, 8, 2, 64, 400, 0, 0, 0, 0, 250,
+                                      16};
+    /* a ring after wrapping, value by value (q8_0 blocks of 33) */
+    const struct attention_case c2 = {KV_Q8_0, 4, 2, 33, 300, 32, 0, 0, 32,
+                                      190, 16};
+    /* sinks + window, f32, head_dim 128 */
+    const struct attention_case c3 = {KV_F32, 2, 1, 128, 300, 0, 24, 4, 0,
+                                      100, 16};
+    check_attention_batch_invariance(&c1);
+    check_attention_batch_invariance(&c2);
+    check_attention_batch_invariance(&c3);
 }
 
 /* ---- the embedded table ---- */
@@ -1153,15 +1246,6 @@ static void mm_run(const char *shader, const struct mm_data *d, uint32_t mode,
     }
     c.w = w;
     matmul_on_device(&c);
-}
-
-static void expect_same_bits(const float *got, const float *want, size_t n,
-                             const char *what, const char *shader)
-{
-    for (size_t i = 0; i < n; i++)
-        if (memcmp(&got[i], &want[i], sizeof *got))
-            fail_msg("%s (%s): value %zu is %.9g, want %.9g (to the bit)",
-                     what, shader, i, got[i], want[i]);
 }
 
 /* The fused forms give the bits of the ops they stand for: three matrices
@@ -1600,6 +1684,8 @@ int main(void)
         cmocka_unit_test(test_attention_full_cache_matches_cpu),
         cmocka_unit_test(test_attention_ring_cache_after_wrap_matches_cpu),
         cmocka_unit_test(test_attention_sink_window_matches_cpu),
+        cmocka_unit_test(
+            test_attention_gives_a_row_the_same_bits_alone_and_in_a_batch),
     };
     return cmocka_run_group_tests(tests, open_device, close_device);
 }
