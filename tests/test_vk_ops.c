@@ -257,6 +257,9 @@ static uint32_t matmul_teams(const char *shader)
     const char *rest = shader + strlen("matmul_");
     for (int f = 0; f < VK_MATMUL_FORMS - 1; f++) {
         const char *prefix = vk_matmul_forms[f].prefix;
+        const char *norm = vk_matmul_forms[f].norm_prefix;
+        if (norm && !strncmp(rest, norm, strlen(norm)))
+            return (uint32_t)vk_matmul_forms[f].norm_teams;
         if (!strncmp(rest, prefix, strlen(prefix)))
             return (uint32_t)vk_matmul_forms[f].teams;
     }

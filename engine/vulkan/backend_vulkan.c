@@ -610,9 +610,11 @@ static void record_matmul(struct vk_backend *be, uint32_t mode, int count,
                                 .n_tokens = (uint32_t)n, .mode = mode,
                                 .use_gelu = use_gelu,
                                 .eps = norm ? norm->eps : 0.0f};
+    const int teams = norm ? vk_matmul_forms[form].norm_teams
+                           : vk_matmul_forms[form].teams;
     const uint32_t per =
         be->matmul_rowwise ? MM_ROWWISE_ROWS
-                           : (uint32_t)vk_matmul_forms[form].teams *
+                           : (uint32_t)teams *
                                  (mode == MM_GATED ? MM_SLOTS / 2 : MM_SLOTS);
     const struct vk_buffer *bufs[2 * MM_MAX_MATS + 2];
     uint32_t groups = 0;

@@ -47,14 +47,17 @@ const struct vk_spirv *vk_shader_find(const char *name)
 }
 
 const struct vk_matmul_form vk_matmul_forms[VK_MATMUL_FORMS] = {
-    {"one_", 1, 1, "one_norm_"}, {"t4_", 4, 4, NULL}, {"t8_", 8, 4, NULL},
-    {"", MM_TOKENS, 1, NULL}};
+    {"one_", 1, 1, "one_norm_", 4}, {"t4_", 4, 4, NULL, 0},
+    {"t8_", 8, 4, NULL, 0}, {"", MM_TOKENS, 1, NULL, 0}};
 
 int vk_matmul_max_invocations(void)
 {
     int teams = 1;
-    for (int f = 0; f < VK_MATMUL_FORMS; f++)
+    for (int f = 0; f < VK_MATMUL_FORMS; f++) {
         if (vk_matmul_forms[f].teams > teams)
             teams = vk_matmul_forms[f].teams;
+        if (vk_matmul_forms[f].norm_teams > teams)
+            teams = vk_matmul_forms[f].norm_teams;
+    }
     return 64 * teams;
 }

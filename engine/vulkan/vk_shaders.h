@@ -78,8 +78,11 @@ struct vk_matmul_form {
     const char *prefix;   /* the shader is matmul_<prefix><t> */
     int max_tokens, teams;
     /* The same form with the norm folded in (matmul_<norm_prefix><t>), or
-     * NULL: then the norm is a dispatch of its own before the matmul. */
+     * NULL: then the norm is a dispatch of its own before the matmul; and
+     * its teams (it may share x among more rows: every workgroup reads
+     * the whole of x once more for the norm). */
     const char *norm_prefix;
+    int norm_teams;
 };
 /* The rowwise form, and its form with the norm folded in. */
 #define VK_MATMUL_ROWS_PREFIX "rows_"
