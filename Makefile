@@ -98,7 +98,7 @@ $(BUILD)/shaders/matmul_rows_norm_%.spv: shaders/matmul.comp $(wildcard shaders/
 # (MM_TEAMS, MM_XT), as vk_matmul_forms in vk_shaders.c says (the teams
 # there must match). MATMUL_DEFS_ is the 16-token form's.
 MATMUL_DEFS_one_ := -DMM_NT=1 -DMM_PAIR
-MATMUL_DEFS_one_norm_ := -DMM_NT=1 -DMM_TEAMS=4 -DMM_XT=1 -DMM_NORM
+MATMUL_DEFS_one_norm_ := -DMM_NT=1 -DMM_TEAMS=2 -DMM_XT=1 -DMM_NORM
 MATMUL_DEFS_t4_ := -DMM_NT=4 -DMM_TEAMS=4 -DMM_XT=4
 MATMUL_DEFS_t8_ := -DMM_NT=8 -DMM_TEAMS=4 -DMM_XT=4
 MATMUL_DEFS_ :=
