@@ -343,8 +343,10 @@ static void vkb_free(struct backend *base)
     for (size_t i = 0; i < sizeof ps / sizeof ps[0]; i++)
         vk_pipeline_free(be->dev, ps[i]);
     for (int f = 0; f < N_GPU_FORMS; f++)
-        for (int i = 0; i < N_MATMUL; i++)
+        for (int i = 0; i < N_MATMUL; i++) {
             vk_pipeline_free(be->dev, &be->matmul[f][i]);
+            vk_pipeline_free(be->dev, &be->matmul_norm[f][i]);
+        }
     vk_model_free(be->dev, be->weights);
     vk_device_close(be->dev);
     free(be);
