@@ -337,6 +337,24 @@ static int physical_devices(struct vk_device *d, VkPhysicalDevice **out,
 
 /* ---- describing a device ---- */
 
+/* Whether device pd lists extension `name`. */
+static bool has_extension(const struct vk_device *d, VkPhysicalDevice pd,
+                          const char *name)
+{
+    bool found = false;
+    uint32_t n = 0;
+    if (d->fn.vkEnumerateDeviceExtensionProperties(pd, NULL, &n, NULL) !=
+        VK_SUCCESS || n == 0)
+        return false;
+    VkExtensionProperties *ext = calloc(n, sizeof *ext);
+    if (ext && d->fn.vkEnumerateDeviceExtensionProperties(pd, NULL, &n,
+                                                          ext) >= 0)
+        for (uint32_t i = 0; i < n && !found; i++)
+            found = !strcmp(ext[i].extensionName, name);
+    free(ext);
+    return found;
+}
+
 /* Fills info for pd and says which queue family computes (UINT32_MAX:
  * none). */
 static void describe(const struct vk_device *d, VkPhysicalDevice pd,
@@ -380,24 +398,10 @@ static void describe(const struct vk_device *d, VkPhysicalDevice pd,
         free(families);
     }
 
-    bool has_push = false, has_driver_props = false;
-    uint32_t n_ext = 0;
-    if (d->fn.vkEnumerateDeviceExtensionProperties(pd, NULL, &n_ext, NULL) ==
-        VK_SUCCESS && n_ext > 0) {
-        VkExtensionProperties *ext = calloc(n_ext, sizeof *ext);
-        if (ext && d->fn.vkEnumerateDeviceExtensionProperties(
-                       pd, NULL, &n_ext, ext) >= 0) {
-            for (uint32_t i = 0; i < n_ext; i++) {
-                if (!strcmp(ext[i].extensionName,
-                            VK_KHR_PUSH_DESCRIPTOR_EXTENSION_NAME))
-                    has_push = true;
-                if (!strcmp(ext[i].extensionName,
-                            VK_KHR_DRIVER_PROPERTIES_EXTENSION_NAME))
-                    has_driver_props = true;
-            }
-        }
-        free(ext);
-    }
+    const bool has_push =
+        has_extension(d, pd, VK_KHR_PUSH_DESCRIPTOR_EXTENSION_NAME);
+    const bool has_driver_props =
+        has_extension(d, pd, VK_KHR_DRIVER_PROPERTIES_EXTENSION_NAME);
 
     /* One query for what Vulkan 1.1 reports beyond the core properties:
      * the subgroup operations (the matmul shader reduces with subgroupAdd
@@ -504,30 +508,14 @@ static const char *profile_mode(void);
 static void profile_open(struct vk_device *d, uint32_t timestamp_bits,
                          bool has_statistics);
 
-/* Whether the chosen device lists extension `name`. */
-static bool has_extension(const struct vk_device *d, const char *name)
-{
-    bool found = false;
-    uint32_t n = 0;
-    if (d->fn.vkEnumerateDeviceExtensionProperties(d->phys, NULL, &n, NULL) !=
-        VK_SUCCESS || n == 0)
-        return false;
-    VkExtensionProperties *ext = calloc(n, sizeof *ext);
-    if (ext && d->fn.vkEnumerateDeviceExtensionProperties(d->phys, NULL, &n,
-                                                          ext) >= 0)
-        for (uint32_t i = 0; i < n && !found; i++)
-            found = !strcmp(ext[i].extensionName, name);
-    free(ext);
-    return found;
-}
-
 /* Whether the chosen device can report its pipelines' register use and
  * spills: VK_KHR_pipeline_executable_properties with the feature
  * pipelineExecutableInfo. */
 static bool offers_pipeline_statistics(const struct vk_device *d)
 {
     if (!d->fn.vkGetPhysicalDeviceFeatures2 ||
-        !has_extension(d, VK_KHR_PIPELINE_EXECUTABLE_PROPERTIES_EXTENSION_NAME))
+        !has_extension(d, d->phys,
+                       VK_KHR_PIPELINE_EXECUTABLE_PROPERTIES_EXTENSION_NAME))
         return false;
     VkPhysicalDevicePipelineExecutablePropertiesFeaturesKHR exec = {
         .sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_PIPELINE_EXECUTABLE_PROPERTIES_FEATURES_KHR,
