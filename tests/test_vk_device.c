@@ -237,6 +237,48 @@ static int record_chain(struct vk_device *d, const struct vk_pipeline *p,
     return added;
 }
 
+/* What record_chain works on: the axpb pipeline, a pair of buffers of
+ * CHAIN_N floats (pair[0] zeros) and CHAIN_N ones. */
+enum { CHAIN_N = 4099 };
+struct chain {
+    struct vk_device *d;
+    struct vk_pipeline p;
+    struct vk_buffer pair[2], one;
+};
+
+/* A buffer of CHAIN_N floats, each `value`. */
+static struct vk_buffer chain_buffer(struct vk_device *d, float value)
+{
+    struct vk_buffer b = new_buffer(d, CHAIN_N * sizeof(float),
+                                    VK_MEM_DEVICE);
+    float *x = malloc(CHAIN_N * sizeof *x);
+    assert_non_null(x);
+    for (int i = 0; i < CHAIN_N; i++)
+        x[i] = value;
+    upload(d, &b, 0, x, CHAIN_N * sizeof *x);
+    free(x);
+    return b;
+}
+
+static struct chain chain_open(void)
+{
+    struct chain c = {.d = open_or_skip()};
+    c.p = axpb_pipeline(c.d);
+    c.pair[0] = chain_buffer(c.d, 0.0f);
+    c.pair[1] = chain_buffer(c.d, 0.0f);
+    c.one = chain_buffer(c.d, 1.0f);
+    return c;
+}
+
+static void chain_close(struct chain *c)
+{
+    vk_buffer_free(c->d, &c->pair[0]);
+    vk_buffer_free(c->d, &c->pair[1]);
+    vk_buffer_free(c->d, &c->one);
+    vk_pipeline_free(c->d, &c->p);
+    vk_device_close(c->d);
+}
+
 /* Every one of the n floats of b equals want. */
 static void assert_all_equal(struct vk_device *d, const struct vk_buffer *b,
                              uint32_t n, float want)
@@ -542,80 +584,43 @@ static void test_a_recording_of_many_chunks_runs_in_recorded_order(
     /* 1000 commands: more than the first chunk (8), more than a later one
      * (32), more than all command buffers hold before the last chunk grows
      * (456); twice, so the second recording reuses every chunk. */
-    enum { N = 4099, STEPS = 1000 };
-    struct vk_device *d = open_or_skip();
-    struct vk_pipeline p = axpb_pipeline(d);
-    struct vk_buffer pair[2] = {new_buffer(d, N * sizeof(float),
-                                           VK_MEM_DEVICE),
-                                new_buffer(d, N * sizeof(float),
-                                           VK_MEM_DEVICE)};
-    struct vk_buffer one = new_buffer(d, N * sizeof(float), VK_MEM_DEVICE);
-    float *x = malloc(N * sizeof *x);
-    assert_non_null(x);
-    for (int i = 0; i < N; i++)
-        x[i] = 1.0f;
-    upload(d, &one, 0, x, N * sizeof *x);
-    memset(x, 0, N * sizeof *x);
-    upload(d, &pair[0], 0, x, N * sizeof *x);
+    enum { STEPS = 1000 };
+    struct chain c = chain_open();
     int added = 0;
     for (int pass = 0; pass < 2; pass++) {
-        begin(d);
-        added += record_chain(d, &p, pair, &one, N, STEPS);
-        submit(d);
-        assert_all_equal(d, &pair[STEPS % 2], N, (float)added);
+        begin(c.d);
+        added += record_chain(c.d, &c.p, c.pair, &c.one, CHAIN_N, STEPS);
+        submit(c.d);
+        assert_all_equal(c.d, &c.pair[STEPS % 2], CHAIN_N, (float)added);
     }
     assert_int_equal(added, 2 * (STEPS - STEPS / 7));
-    free(x);
-    vk_buffer_free(d, &pair[0]);
-    vk_buffer_free(d, &pair[1]);
-    vk_buffer_free(d, &one);
-    vk_pipeline_free(d, &p);
-    vk_device_close(d);
+    chain_close(&c);
 }
 
 static void test_a_mistake_after_a_submitted_chunk_is_reported_and_waited_for(
     void **state)
 {
-    enum { N = 4099 };
-    struct vk_device *d = open_or_skip();
-    struct vk_pipeline p = axpb_pipeline(d);
-    struct vk_buffer pair[2] = {new_buffer(d, N * sizeof(float),
-                                           VK_MEM_DEVICE),
-                                new_buffer(d, N * sizeof(float),
-                                           VK_MEM_DEVICE)};
-    struct vk_buffer one = new_buffer(d, N * sizeof(float), VK_MEM_DEVICE);
-    float *x = malloc(N * sizeof *x);
-    assert_non_null(x);
-    for (int i = 0; i < N; i++)
-        x[i] = 1.0f;
-    upload(d, &one, 0, x, N * sizeof *x);
+    struct chain c = chain_open();
     /* 100 commands fill the first chunks, which go to the GPU; then a copy
      * past an end, then more commands, which are dropped. */
-    begin(d);
-    record_chain(d, &p, pair, &one, N, 100);
-    vk_copy(d, &one, 0, &pair[0], 4, N * sizeof(float));
-    record_chain(d, &p, pair, &one, N, 10);
+    begin(c.d);
+    record_chain(c.d, &c.p, c.pair, &c.one, CHAIN_N, 100);
+    vk_copy(c.d, &c.one, 0, &c.pair[0], 4, CHAIN_N * sizeof(float));
+    record_chain(c.d, &c.p, c.pair, &c.one, CHAIN_N, 10);
     struct kk_error err = {{0}};
-    assert_int_equal(vk_submit_wait(d, &err), -1);
+    assert_int_equal(vk_submit_wait(c.d, &err), -1);
     assert_non_null(strstr(err.msg, "past an end"));
     /* The submitted chunks are done: their buffers may go at once. */
-    vk_buffer_free(d, &pair[0]);
-    vk_buffer_free(d, &pair[1]);
+    vk_buffer_free(c.d, &c.pair[0]);
+    vk_buffer_free(c.d, &c.pair[1]);
     /* And the device goes on working, chunks and all. */
-    pair[0] = new_buffer(d, N * sizeof(float), VK_MEM_DEVICE);
-    pair[1] = new_buffer(d, N * sizeof(float), VK_MEM_DEVICE);
-    memset(x, 0, N * sizeof *x);
-    upload(d, &pair[0], 0, x, N * sizeof *x);
-    begin(d);
-    int added = record_chain(d, &p, pair, &one, N, 100);
-    submit(d);
-    assert_all_equal(d, &pair[0], N, (float)added);
-    free(x);
-    vk_buffer_free(d, &pair[0]);
-    vk_buffer_free(d, &pair[1]);
-    vk_buffer_free(d, &one);
-    vk_pipeline_free(d, &p);
-    vk_device_close(d);
+    c.pair[0] = chain_buffer(c.d, 0.0f);
+    c.pair[1] = chain_buffer(c.d, 0.0f);
+    begin(c.d);
+    int added = record_chain(c.d, &c.p, c.pair, &c.one, CHAIN_N, 100);
+    submit(c.d);
+    assert_all_equal(c.d, &c.pair[0], CHAIN_N, (float)added);
+    chain_close(&c);
 }
 
 static void test_bytes_that_are_not_spirv_are_refused_with_a_message(
