@@ -1229,6 +1229,25 @@ static void mm_data_free(struct mm_data *d)
 /* The epsilon of the norms the tests fold into matmuls. */
 #define NORM_EPS 1e-5f
 
+/* Every mode, with the matrices mm_run gives it. */
+static const struct mm_mode {
+    uint32_t mode;
+    int n_mats;
+} mm_modes[] = {{MM_STORE, 3}, {MM_ADD, 1}, {MM_GATED, 2}};
+enum { N_MM_MODES = sizeof mm_modes / sizeof mm_modes[0] };
+
+/* The outputs mm_run fills in mode md: one per matrix for MM_STORE. */
+static int mm_outputs(const struct mm_mode *md)
+{
+    return md->mode == MM_STORE ? md->n_mats : 1;
+}
+
+/* The rows of output m of mm_run in `mode` (gate and up are cut to 6). */
+static int mm_out_rows(const struct mm_data *d, uint32_t mode, int m)
+{
+    return mode == MM_GATED ? 6 : d->n_rows[m];
+}
+
 /* Runs `mode` over d's first n_mats matrices (MM_GATED: matrices 0 and 2,
  * 9 and 6 rows, cut to 6 rows both) into out[m]; a _norm_ shader norms x
  * by the weights `norm` first. */
@@ -1245,7 +1264,7 @@ static void mm_run(const char *shader, const struct mm_data *d, uint32_t mode,
     for (int m = 0; m < n_mats; m++) {
         int from = mode == MM_GATED && m == 1 ? 2 : m;
         w[m] = d->w[from];
-        c.n_rows[m] = mode == MM_GATED ? 6 : d->n_rows[from];
+        c.n_rows[m] = mm_out_rows(d, mode, from);
     }
     c.w = w;
     matmul_on_device(&c);
@@ -1348,14 +1367,10 @@ static void test_matmul_fused_forms_give_the_bits_of_separate_ops(
 static void check_same_bits_by_parts(const char *batched, const char *part,
                                      int k, const struct mm_data *d)
 {
-    static const struct {
-        uint32_t mode;
-        int n_mats;
-    } modes[] = {{MM_STORE, 3}, {MM_ADD, 1}, {MM_GATED, 2}};
     enum { TOKENS = 17 };
     const int n_cols = d->n_cols;
-    for (size_t i = 0; i < sizeof modes / sizeof modes[0]; i++) {
-        const int n_out = modes[i].mode == MM_STORE ? 3 : 1;
+    for (int i = 0; i < N_MM_MODES; i++) {
+        const struct mm_mode *md = &mm_modes[i];
         float batch[MM_MAX_MATS][TOKENS * 9], some[MM_MAX_MATS][TOKENS * 9];
         float *bp[MM_MAX_MATS], *sp[MM_MAX_MATS];
         for (int m = 0; m < MM_MAX_MATS; m++) {
@@ -1363,15 +1378,15 @@ static void check_same_bits_by_parts(const char *batched, const char *part,
             bp[m] = batch[m];
             sp[m] = some[m];
         }
-        mm_run(batched, d, modes[i].mode, modes[i].n_mats, false, TOKENS,
-               d->x, NULL, bp, 0);
+        mm_run(batched, d, md->mode, md->n_mats, false, TOKENS, d->x, NULL,
+               bp, 0);
         for (int t0 = 0; t0 < TOKENS; t0 += k) {
             const int n = TOKENS - t0 < k ? TOKENS - t0 : k;
             memset(some, 0, sizeof some);
-            mm_run(part, d, modes[i].mode, modes[i].n_mats, false, n,
+            mm_run(part, d, md->mode, md->n_mats, false, n,
                    d->x + (size_t)t0 * n_cols, NULL, sp, 0);
-            for (int m = 0; m < n_out; m++) {
-                int rows = modes[i].mode == MM_GATED ? 6 : d->n_rows[m];
+            for (int m = 0; m < mm_outputs(md); m++) {
+                int rows = mm_out_rows(d, md->mode, m);
                 for (int t = 0; t < n; t++)
                     if (memcmp(some[m] + (size_t)t * rows,
                                batch[m] + (size_t)(t0 + t) * rows,
@@ -1379,7 +1394,7 @@ static void check_same_bits_by_parts(const char *batched, const char *part,
                         fail_msg("%s %d cols, mode %u, matrix %d: token %d "
                                  "of a batch of %d differs from token %d of "
                                  "a batch of %d (%s)", part, n_cols,
-                                 modes[i].mode, m, t, n, t0 + t, TOKENS,
+                                 md->mode, m, t, n, t0 + t, TOKENS,
                                  batched);
             }
         }
@@ -1453,10 +1468,6 @@ static void check_norm_form(const char *prefix, const char *norm_prefix,
                             const char *type_name, uint32_t type, int n_cols,
                             int n_tokens, uint64_t seed)
 {
-    static const struct {
-        uint32_t mode;
-        int n_mats;
-    } modes[] = {{MM_STORE, 3}, {MM_ADD, 1}, {MM_GATED, 2}};
     struct mm_data d = mm_data_new(type, n_cols, n_tokens, seed);
     uint64_t s = seed ^ 0x4e4f524dull;
     float *wt = random_floats((size_t)n_cols, 0.5f, 1.5f, &s);
@@ -1465,19 +1476,19 @@ static void check_norm_form(const char *prefix, const char *norm_prefix,
     snprintf(plain, sizeof plain, "matmul_%s%s", prefix, type_name);
     snprintf(normed, sizeof normed, "matmul_%s%s", norm_prefix, type_name);
     const size_t nt = (size_t)n_tokens;
-    for (size_t i = 0; i < sizeof modes / sizeof modes[0]; i++) {
+    for (int i = 0; i < N_MM_MODES; i++) {
+        const struct mm_mode *md = &mm_modes[i];
         float *want[MM_MAX_MATS], *got[MM_MAX_MATS];
         for (int m = 0; m < MM_MAX_MATS; m++) {
             want[m] = calloc(nt * (size_t)d.n_rows[m], sizeof(float));
             got[m] = calloc(nt * (size_t)d.n_rows[m], sizeof(float));
         }
-        mm_run(plain, &d, modes[i].mode, modes[i].n_mats, false, n_tokens,
-               h, NULL, want, seed);
-        mm_run(normed, &d, modes[i].mode, modes[i].n_mats, false, n_tokens,
-               d.x, wt, got, seed);
-        const int n_out = modes[i].mode == MM_STORE ? modes[i].n_mats : 1;
-        for (int m = 0; m < n_out; m++) {
-            int rows = modes[i].mode == MM_GATED ? 6 : d.n_rows[m];
+        mm_run(plain, &d, md->mode, md->n_mats, false, n_tokens, h, NULL,
+               want, seed);
+        mm_run(normed, &d, md->mode, md->n_mats, false, n_tokens, d.x, wt,
+               got, seed);
+        for (int m = 0; m < mm_outputs(md); m++) {
+            int rows = mm_out_rows(&d, md->mode, m);
             expect_same_bits(got[m], want[m], nt * (size_t)rows,
                              "the norm folded in, against rmsnorm first",
                              normed);
