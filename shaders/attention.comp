@@ -69,6 +69,7 @@ layout(push_constant) uniform Push {
     uint type, block, row_bytes;
     uint policy, capacity, n_sink, layer_window, model_window;
     float scale;
+    uint stage_row0;
 } pc;
 
 /* The chunk's arrays come in two copies used in turn (chunk c's are
@@ -290,7 +291,8 @@ void main()
             const uint k = vi < uint(sink_end) ? vi
                                                : uint(lo) + (vi - uint(sink_end));
             const bool staged = k >= pc.pos0;
-            const uint row = staged ? k - pc.pos0 : slot_of(k);
+            const uint row = staged ? pc.stage_row0 + (k - pc.pos0)
+                                    : slot_of(k);
             const uint off = row * pc.row_bytes;
             rsh[b][tid] = staged ? row | STAGED : row;
             if (!fast) {

@@ -13,7 +13,7 @@ layout(std430, binding = 0) readonly buffer SrcBuf { uint src[]; };
 layout(std430, binding = 1) buffer DstBuf { uint dst[]; };
 
 layout(push_constant) uniform Push {
-    uint n_rows, kv_dim, type, block, row_bytes;
+    uint n_rows, kv_dim, type, block, row_bytes, dst_word0;
 } pc;
 
 uint kv_src_bits(uint i)
@@ -26,6 +26,7 @@ void main()
     const kv_layout L = kv_layout(pc.n_rows, pc.kv_dim, pc.type, pc.block,
                                   pc.row_bytes);
     const uint wi = gl_GlobalInvocationID.x;
+    const uint at = pc.dst_word0 + wi;
     if (wi < kv_words(L))
-        dst[wi] = kv_word(L, wi, dst[wi]);
+        dst[at] = kv_word(L, wi, dst[at]);
 }

@@ -1,6 +1,7 @@
 /* rope_kv_store.comp — a batch's RoPE and KV store in one dispatch
  * (contract in engine/vulkan/vk_shaders.h): rope.comp on Q in place, and
- * kv_store.comp of K rotated on the fly and of V, into the staging rows.
+ * kv_store.comp of K rotated on the fly and of V, into the staging rows
+ * (or a full cache's slots, from word dst_word0).
  * gl_WorkGroupID.y picks the part: 0 the query pairs, 1 the key words,
  * 2 the value words; x covers the largest part. The rotation is
  * rope.glsl's and the conversion kv_convert.glsl's, so the bytes are those
@@ -21,7 +22,7 @@ layout(std430, binding = 5) buffer VStage { uint v_stage[]; };
 
 layout(push_constant) uniform Push {
     uint n_rows, n_head, n_head_kv, head_dim, n_rot, style;
-    uint type, block, row_bytes;
+    uint type, block, row_bytes, dst_word0;
 } pc;
 
 /* Which of K and V kv_src_bits reads (set before kv_word). */
@@ -60,8 +61,9 @@ void main()
     if (id >= kv_words(L))
         return;
     reading_keys = gl_WorkGroupID.y == 1u;
+    const uint at = pc.dst_word0 + id;
     if (reading_keys)
-        k_stage[id] = kv_word(L, id, k_stage[id]);
+        k_stage[at] = kv_word(L, id, k_stage[at]);
     else
-        v_stage[id] = kv_word(L, id, v_stage[id]);
+        v_stage[at] = kv_word(L, id, v_stage[at]);
 }

@@ -823,8 +823,11 @@ static float *kv_input(enum kv_type type, int n_rows, int kv_dim, int block,
     return x;
 }
 
+/* kv_store of n_rows rows from word word0 of the destination (a cache
+ * slot written in place): kv.c's bytes there, and nothing before or after
+ * them touched. */
 static void check_kv_store(enum kv_type type, int n_head_kv, int head_dim,
-                           int n_rows)
+                           int n_rows, uint32_t word0)
 {
     struct kv_cache *kv = new_cache(type, n_head_kv, head_dim, 32, 8, NULL,
                                     0, 0);
@@ -832,8 +835,8 @@ static void check_kv_store(enum kv_type type, int n_head_kv, int head_dim,
     float *k = kv_input(type, n_rows, kv->kv_dim, kv->block, &s);
     kv_stage(kv, 0, 0, n_rows, k, k);
 
-    const size_t total = (size_t)n_rows * kv->row_bytes;
-    const size_t room = (total + 3) / 4 * 4 + 8;
+    const size_t total = (size_t)n_rows * kv->row_bytes, at = 4 * word0;
+    const size_t room = at + (total + 3) / 4 * 4 + 8;
     uint8_t *dst = malloc(room);
     memset(dst, 0xa5, room);
     struct vk_buffer bs = buffer_with(k, (size_t)n_rows * kv->kv_dim * 4);
@@ -841,20 +844,20 @@ static void check_kv_store(enum kv_type type, int n_head_kv, int head_dim,
     const struct vk_buffer *bufs[] = {&bs, &bd};
     struct vk_push_kv_store push = {(uint32_t)n_rows, (uint32_t)kv->kv_dim,
                                     (uint32_t)type, (uint32_t)kv->block,
-                                    (uint32_t)kv->row_bytes};
+                                    (uint32_t)kv->row_bytes, word0};
     run("kv_store", 2, bufs, &push, sizeof push,
         ceil_div(ceil_div(total, 4), 64), 1, 1);
     download(&bd, dst, room);
     for (size_t i = 0; i < total; i++)
-        if (dst[i] != kv->stage_k[i])
-            fail_msg("kv_store %s, %d x %d, row %zu byte %zu: 0x%02x, want "
-                     "0x%02x", kv_type_name(type), n_head_kv, head_dim,
-                     i / kv->row_bytes, i % kv->row_bytes, dst[i],
-                     kv->stage_k[i]);
-    for (size_t i = total; i < room; i++)
-        if (dst[i] != 0xa5)
-            fail_msg("kv_store %s: byte %zu past the rows was overwritten",
-                     kv_type_name(type), i);
+        if (dst[at + i] != kv->stage_k[i])
+            fail_msg("kv_store %s, %d x %d from word %u, row %zu byte %zu: "
+                     "0x%02x, want 0x%02x", kv_type_name(type), n_head_kv,
+                     head_dim, word0, i / kv->row_bytes, i % kv->row_bytes,
+                     dst[at + i], kv->stage_k[i]);
+    for (size_t i = 0; i < room; i++)
+        if ((i < at || i >= at + total) && dst[i] != 0xa5)
+            fail_msg("kv_store %s from word %u: byte %zu outside the rows "
+                     "was overwritten", kv_type_name(type), word0, i);
     vk_buffer_free(dev, &bs);
     vk_buffer_free(dev, &bd);
     free(k);
@@ -863,7 +866,8 @@ static void check_kv_store(enum kv_type type, int n_head_kv, int head_dim,
 }
 
 /* Byte for byte kv.c's rows, for rows that start mid-word (q8_0 rows of
- * 102, 82 and 105 bytes; f16 rows of 198) and blocks of 32, 80 and 33. */
+ * 102, 82 and 105 bytes; f16 rows of 198) and blocks of 32, 80 and 33,
+ * into a staging buffer and into a cache's slots further on. */
 static void test_kv_store_writes_kv_c_rows_byte_for_byte(void **state)
 {
     (void)state;
@@ -872,8 +876,9 @@ static void test_kv_store_writes_kv_c_rows_byte_for_byte(void **state)
                                     {2, 64, 1}, {1, 32, 7}};
     for (int type = KV_F32; type <= KV_Q8_0; type++)
         for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++)
-            check_kv_store((enum kv_type)type, shapes[i][0], shapes[i][1],
-                           shapes[i][2]);
+            for (uint32_t word0 = 0; word0 <= 5; word0 += 5)
+                check_kv_store((enum kv_type)type, shapes[i][0],
+                               shapes[i][1], shapes[i][2], word0);
 }
 
 /* kk_f32_to_f16 against quant.c's f32_to_fp16 where rounding is decided:
@@ -907,7 +912,7 @@ static void test_kv_store_f16_rounds_every_half_midpoint_like_the_cpu(
     struct vk_buffer bs = buffer_with(bits, (size_t)n * 4);
     struct vk_buffer bd = buffer_with(NULL, (size_t)n * 2);
     const struct vk_buffer *bufs[] = {&bs, &bd};
-    struct vk_push_kv_store push = {n_rows, 64, KV_F16, 64, 128};
+    struct vk_push_kv_store push = {n_rows, 64, KV_F16, 64, 128, 0};
     run("kv_store", 2, bufs, &push, sizeof push, ceil_div(n / 2, 64), 1, 1);
     download(&bd, got, (size_t)n * 2);
     for (uint32_t i = 0; i < n; i++) {
@@ -1559,9 +1564,12 @@ static void check_rope_kv_store(enum kv_type type, int style, int n_rot)
     float *cs = random_floats((size_t)n_rows * n_rot, -1.0f, 1.0f, &s);
     const size_t room = ((size_t)n_rows * kv->row_bytes + 3) / 4 * 4 + 8;
     uint8_t *want_k = malloc(room), *want_v = malloc(room);
-    uint8_t *got_k = malloc(room), *got_v = malloc(room);
+    /* the fused dispatch writes from word `shift` on (in place in a
+     * cache's slots), with untouched bytes before */
+    const uint32_t shift = 4;
+    uint8_t *got_k = malloc(room + 4 * shift), *got_v = malloc(room + 4 * shift);
     float *want_q = malloc(nq * 4), *got_q = malloc(nq * 4);
-    memset(got_k, 0xa5, room);
+    memset(got_k, 0xa5, room + 4 * shift);
 
     /* rope on q and k, then kv_store of each */
     struct vk_buffer bq = buffer_with(q, nq * 4), bk = buffer_with(k, nk * 4);
@@ -1580,7 +1588,7 @@ static void check_rope_kv_store(enum kv_type type, int style, int n_rot)
         64, 1, 1);
     struct vk_push_kv_store ps = {(uint32_t)n_rows, (uint32_t)kv->kv_dim,
                                   (uint32_t)type, (uint32_t)kv->block,
-                                  (uint32_t)kv->row_bytes};
+                                  (uint32_t)kv->row_bytes, 0};
     uint32_t words = ceil_div(ceil_div((uint64_t)n_rows * kv->row_bytes, 4),
                               64);
     run("kv_store", 2, (const struct vk_buffer *[]){&bk, &sk}, &ps,
@@ -1598,25 +1606,30 @@ static void check_rope_kv_store(enum kv_type type, int style, int n_rot)
     /* the fused dispatch, from the same inputs */
     bq = buffer_with(q, nq * 4);
     bk = buffer_with(k, nk * 4);
-    sk = buffer_with(got_k, room);
-    sv = buffer_with(got_k, room);
+    sk = buffer_with(got_k, room + 4 * shift);
+    sv = buffer_with(got_k, room + 4 * shift);
     struct vk_push_rope_kv_store pf = {
         (uint32_t)n_rows, (uint32_t)n_head, (uint32_t)n_head_kv,
         (uint32_t)head_dim, (uint32_t)n_rot, (uint32_t)style,
-        (uint32_t)type, (uint32_t)kv->block, (uint32_t)kv->row_bytes};
+        (uint32_t)type, (uint32_t)kv->block, (uint32_t)kv->row_bytes, shift};
     uint32_t pairs = ceil_div((uint64_t)n_rows * n_head * (n_rot / 2), 64);
     run("rope_kv_store", 6,
         (const struct vk_buffer *[]){&bq, &bk, &bv, &bc, &sk, &sv}, &pf,
         sizeof pf, pairs > words ? pairs : words, 3, 1);
     download(&bq, got_q, nq * 4);
-    download(&sk, got_k, room);
-    download(&sv, got_v, room);
+    download(&sk, got_k, room + 4 * shift);
+    download(&sv, got_v, room + 4 * shift);
     expect_same_bits(got_q, want_q, nq, "rope_kv_store's queries",
                      kv_type_name(type));
-    if (memcmp(got_k, want_k, room) || memcmp(got_v, want_v, room))
+    if (memcmp(got_k + 4 * shift, want_k, room) ||
+        memcmp(got_v + 4 * shift, want_v, room))
         fail_msg("rope_kv_store %s style %d n_rot %d: staged rows differ "
                  "from rope then kv_store", kv_type_name(type), style,
                  n_rot);
+    for (size_t i = 0; i < 4 * shift; i++)
+        if (got_k[i] != 0xa5 || got_v[i] != 0xa5)
+            fail_msg("rope_kv_store %s: byte %zu before word %u was "
+                     "overwritten", kv_type_name(type), i, shift);
     struct vk_buffer *all[] = {&bq, &bk, &bv, &bc, &sk, &sv};
     for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
         vk_buffer_free(dev, all[i]);

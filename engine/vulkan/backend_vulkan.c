@@ -13,8 +13,13 @@
  * The KV cache keeps its bookkeeping (slots, ring positions, what is
  * staged) in struct kv_cache on the host, exactly as on the CPU; only its
  * rows are here. kv_commit_plan() tells which staged rows go to which slots,
- * and they are moved with device copies. The host rows of the cache are
- * filled only for checkpoints (backend_kv_pull / backend_kv_push). */
+ * and they are moved with device copies — except in a layer that keeps
+ * every position (kv_in_place): there a batch's rows are written straight
+ * into their slots, which no query of the batch reads before its own
+ * position, and the cache serves as its own stage (32 copies fewer a
+ * decode pass of a 16-layer model, each a wait between dispatches). The
+ * host rows of the cache are filled only for checkpoints (backend_kv_pull
+ * / backend_kv_push). */
 #include "backend_impl.h"
 
 #include <stdio.h>
@@ -811,20 +816,47 @@ static void vkb_add_row(struct backend *base, struct be_tensor *x,
     dispatch(be, &be->add, bufs, &pc, elementwise_groups(count), 1, 1);
 }
 
+/* Whether layer il's batch rows go straight into its slots: a full cache
+ * (slot = position, and a query reads no position after its own) whose
+ * rows start on a word, so that no word of a slot the batch writes holds
+ * bytes of one it does not. */
+static bool kv_in_place(const struct kv_cache *kv, int il)
+{
+    return kv->layers[il].policy == KV_FULL && kv->row_bytes % 4 == 0;
+}
+
+/* Where layer il's batch rows at pos0 are staged: the buffers, and the
+ * first row there. */
+struct kv_stage {
+    const struct vk_buffer *k, *v;
+    uint32_t row0;
+};
+
+static struct kv_stage stage_of(const struct vk_backend *be,
+                                const struct kv_cache *kv, int il, int pos0)
+{
+    if (kv_in_place(kv, il))
+        return (struct kv_stage){&be->kv_k[il], &be->kv_v[il],
+                                 (uint32_t)pos0};
+    return (struct kv_stage){&be->stage_k, &be->stage_v, 0};
+}
+
 static void vkb_kv_store(struct backend *base, struct kv_cache *kv, int il,
                          int pos0, int n, const struct be_tensor *k,
                          const struct be_tensor *v)
 {
     struct vk_backend *be = vkb(base);
+    const struct kv_stage st = stage_of(be, kv, il, pos0);
     /* enum kv_type is f32, f16, q8_0: the shader's 0, 1, 2. */
-    struct vk_push_kv_store pc = {.n_rows = (uint32_t)n,
-                                  .kv_dim = (uint32_t)kv->kv_dim,
-                                  .type = (uint32_t)kv->type,
-                                  .block = (uint32_t)kv->block,
-                                  .row_bytes = (uint32_t)kv->row_bytes};
+    struct vk_push_kv_store pc = {
+        .n_rows = (uint32_t)n, .kv_dim = (uint32_t)kv->kv_dim,
+        .type = (uint32_t)kv->type, .block = (uint32_t)kv->block,
+        .row_bytes = (uint32_t)kv->row_bytes,
+        .dst_word0 = st.row0 * (uint32_t)(kv->row_bytes / 4),
+    };
     uint32_t words = groups_of((int64_t)n * (int64_t)kv->row_bytes, 4);
-    const struct vk_buffer *kb[] = {buf(k), &be->stage_k};
-    const struct vk_buffer *vb[] = {buf(v), &be->stage_v};
+    const struct vk_buffer *kb[] = {buf(k), st.k};
+    const struct vk_buffer *vb[] = {buf(v), st.v};
     dispatch(be, &be->kv_store, kb, &pc, groups_of(words, 64), 1, 1);
     dispatch(be, &be->kv_store, vb, &pc, groups_of(words, 64), 1, 1);
     kv_stage_mark(kv, il, pos0, n);
@@ -841,6 +873,7 @@ static void vkb_rope_kv_store(struct backend *base, struct kv_cache *kv,
                                             rope->base);
     if (!cs)
         return;
+    const struct kv_stage st = stage_of(be, kv, il, pos0);
     /* enum kv_type is f32, f16, q8_0: the shader's 0, 1, 2. */
     struct vk_push_rope_kv_store pc = {
         .n_rows = (uint32_t)n, .n_head = (uint32_t)n_head,
@@ -848,12 +881,12 @@ static void vkb_rope_kv_store(struct backend *base, struct kv_cache *kv,
         .n_rot = (uint32_t)rope->n_rot, .style = rope->style == ROPE_NEOX,
         .type = (uint32_t)kv->type, .block = (uint32_t)kv->block,
         .row_bytes = (uint32_t)kv->row_bytes,
+        .dst_word0 = st.row0 * (uint32_t)(kv->row_bytes / 4),
     };
     uint32_t pairs = groups_of((int64_t)n * n_head * (rope->n_rot / 2), 64);
     uint32_t words = groups_of(groups_of((int64_t)n * (int64_t)kv->row_bytes,
                                          4), 64);
-    const struct vk_buffer *bufs[] = {buf(q), buf(k), buf(v), cs,
-                                      &be->stage_k, &be->stage_v};
+    const struct vk_buffer *bufs[] = {buf(q), buf(k), buf(v), cs, st.k, st.v};
     dispatch(be, &be->rope_kv_store, bufs, &pc, pairs > words ? pairs : words,
              3, 1);
     kv_stage_mark(kv, il, pos0, n);
@@ -865,8 +898,10 @@ static void vkb_kv_commit(struct backend *base, struct kv_cache *kv)
     struct kv_run runs[KV_MAX_RUNS];
     int n_runs = kv_commit_plan(kv, runs, KV_MAX_RUNS);
     const size_t rb = kv->row_bytes;
+    const int il = kv->stage_layer;
+    if (n_runs > 0 && kv_in_place(kv, il))
+        n_runs = 0;   /* written where they belong (stage_of) */
     for (int i = 0; i < n_runs; i++) {
-        const int il = kv->stage_layer;
         VkDeviceSize src = (VkDeviceSize)runs[i].stage_row * rb;
         VkDeviceSize dst = (VkDeviceSize)runs[i].slot * rb;
         VkDeviceSize bytes = (VkDeviceSize)runs[i].count * rb;
@@ -889,6 +924,7 @@ static void vkb_attention(struct backend *base, struct be_tensor *out,
 {
     struct vk_backend *be = vkb(base);
     const struct kv_layer *L = &kv->layers[il];
+    const struct kv_stage st = stage_of(be, kv, il, pos0);
     /* enum kv_policy is full, ring, sink+window: the shader's 0, 1, 2. */
     struct vk_push_attention pc = {
         .n_rows = (uint32_t)n, .pos0 = (uint32_t)pos0,
@@ -898,9 +934,10 @@ static void vkb_attention(struct backend *base, struct be_tensor *out,
         .policy = (uint32_t)L->policy, .capacity = (uint32_t)L->capacity,
         .n_sink = (uint32_t)L->n_sink, .layer_window = (uint32_t)L->window,
         .model_window = (uint32_t)window, .scale = scale,
+        .stage_row0 = st.row0,
     };
     const struct vk_buffer *bufs[] = {buf(q), &be->kv_k[il], &be->kv_v[il],
-                                      &be->stage_k, &be->stage_v, buf(out)};
+                                      st.k, st.v, buf(out)};
     dispatch(be, &be->attention, bufs, &pc, (uint32_t)n_head, (uint32_t)n, 1);
 }
 

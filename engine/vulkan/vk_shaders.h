@@ -135,23 +135,26 @@ struct vk_push_gated_act {
  * `block` int8 q = roundEven(x * (1 / (amax / 127))) (0 when amax is 0) —
  * kv.c's store_row, to the bit. Every output word is written by exactly
  * one invocation (bytes of one word may belong to two blocks or rows).
+ * The rows go to DST from word dst_word0 on (a cache slot written in
+ * place; 0 for the staging rows).
  * bindings: 0 SRC (float), 1 DST (uint).
  * grid: (ceil(ceil(n_rows * row_bytes / 4) / 64), 1, 1). */
 struct vk_push_kv_store {
-    uint32_t n_rows, kv_dim, type, block, row_bytes;
+    uint32_t n_rows, kv_dim, type, block, row_bytes, dst_word0;
 };
 
 /* rope_kv_store: rope of Q in place (n_rows rows of n_head heads), then
  * kv_store of K rotated the same way (rope's result, not written back to
  * K) and of V (n_rows rows of n_head_kv heads each) into the staging rows,
- * all as rope and kv_store would: kv_dim = n_head_kv * head_dim.
+ * all as rope and kv_store would: kv_dim = n_head_kv * head_dim. The rows
+ * go to the stage buffers from word dst_word0 on, as for kv_store.
  * bindings: 0 Q (float), 1 K (float), 2 V (float), 3 CS (the angles, as
  * for rope), 4 K stage, 5 V stage (uint).
  * grid: (max(ceil(n_rows * n_head * n_rot/2 / 64),
  *            ceil(ceil(n_rows * row_bytes / 4) / 64)), 3, 1). */
 struct vk_push_rope_kv_store {
     uint32_t n_rows, n_head, n_head_kv, head_dim, n_rot, style;
-    uint32_t type, block, row_bytes;
+    uint32_t type, block, row_bytes, dst_word0;
 };
 
 /* attention: for query row t (position p = pos0 + t) and head h:
@@ -162,8 +165,9 @@ struct vk_push_rope_kv_store {
  * sink_end = policy 2 ? min(n_sink, p + 1) : 0;
  * lo = (w > 0 && p - w + 1 > sink_end) ? p - w + 1 : sink_end;
  * k in [0, sink_end) and [lo, p].
- * Row of position k: k >= pos0 is row k - pos0 of the stage buffers (this
- * batch); else slot s of the cache buffers, s = k (policy 0, full),
+ * Row of position k: k >= pos0 is row stage_row0 + k - pos0 of the stage
+ * buffers (this batch; a full cache bound as its own stage buffers has
+ * them at stage_row0 = pos0); else slot s of the cache buffers, s = k (policy 0, full),
  * k % capacity (1, ring), k < n_sink ? k : n_sink + (k - n_sink) %
  * (capacity - n_sink) (2). Rows are row_bytes apart, stored as kv_store
  * writes them (type, block); head g's values start at value g * head_dim.
@@ -175,6 +179,7 @@ struct vk_push_attention {
     uint32_t type, block, row_bytes;
     uint32_t policy, capacity, n_sink, layer_window, model_window;
     float scale;
+    uint32_t stage_row0;
 };
 
 #endif
