@@ -64,15 +64,16 @@ $(BUILD)/%.o: %.c
 	$(CC) $(ALL_CFLAGS) -c $< -o $@
 
 # ---- shaders: GLSL -> SPIR-V (glslc) -> linked into the binary ----
-# matmul.comp is compiled seven times per weight type: for GPUs matmul_<t>
+# matmul.comp is compiled eight times per weight type: for GPUs matmul_<t>
 # (batches of 16 tokens), matmul_t8_<t> and matmul_t4_<t> (up to 8 and 4:
 # verify blocks) and matmul_one_<t> (decode); matmul_rows_<t> for CPU
-# devices; matmul_one_norm_<t> and matmul_rows_norm_<t> as the two before
-# them, with the RMSNorm of their input folded in. spirv.S pulls every .spv in with .incbin; shader_list.h names
-# them for vk_shaders.c's table.
+# devices; matmul_one_norm_<t>, matmul_t4_norm_<t> and matmul_rows_norm_<t>
+# as those forms with the RMSNorm of their input folded in. spirv.S pulls
+# every .spv in with .incbin; shader_list.h names them for vk_shaders.c's
+# table.
 MATMUL_TYPES := f32 f16 bf16 q8_0 q4_0 q5_0 q4_k q6_k
 MATMUL_FORMS := matmul_ matmul_t8_ matmul_t4_ matmul_one_ matmul_rows_ \
-                matmul_one_norm_ matmul_rows_norm_
+                matmul_one_norm_ matmul_t4_norm_ matmul_rows_norm_
 SHADER_NAMES := $(foreach f,$(MATMUL_FORMS),$(MATMUL_TYPES:%=$(f)%)) \
                 rmsnorm rope add gated_act \
                 kv_store rope_kv_store attention
@@ -86,7 +87,8 @@ $(BUILD)/shaders/matmul_rows_%.spv: shaders/matmul.comp $(wildcard shaders/*.gls
 	$(GLSLC) $(GLSL_FLAGS) -DMM_ROWWISE -DWTYPE_$(shell echo $* | tr a-z A-Z) $< -o $@
 
 # The forms that fold the RMSNorm before them into their input (-DMM_NORM;
-# vk_matmul_forms' norm_prefix): the decode form and the rowwise one.
+# vk_matmul_forms' norm_prefix): the decode form, the 4-token one and the
+# rowwise one.
 # (Make takes the rule with the shortest stem, so these win over the
 # plain forms' patterns.)
 $(BUILD)/shaders/matmul_rows_norm_%.spv: shaders/matmul.comp $(wildcard shaders/*.glsl)
@@ -101,6 +103,7 @@ MATMUL_DEFS_one_ := -DMM_NT=1 -DMM_PAIR
 MATMUL_DEFS_one_norm_ := -DMM_NT=1 -DMM_TEAMS=2 -DMM_XT=1 -DMM_NORM
 MATMUL_DEFS_t4_ := -DMM_NT=4 -DMM_TEAMS=4 -DMM_XT=4
 MATMUL_DEFS_t8_ := -DMM_NT=8 -DMM_TEAMS=4 -DMM_XT=4
+MATMUL_DEFS_t4_norm_ := $(MATMUL_DEFS_t4_) -DMM_NORM
 MATMUL_DEFS_ :=
 define MATMUL_FORM_RULE
 $$(BUILD)/shaders/matmul_$(1)%.spv: shaders/matmul.comp $$(wildcard shaders/*.glsl) Makefile
@@ -108,7 +111,7 @@ $$(BUILD)/shaders/matmul_$(1)%.spv: shaders/matmul.comp $$(wildcard shaders/*.gl
 	$$(GLSLC) $$(GLSL_FLAGS) $$(MATMUL_DEFS_$(1)) \
 	    -DWTYPE_$$(shell echo $$* | tr a-z A-Z) $$< -o $$@
 endef
-$(foreach f,one_ one_norm_ t4_ t8_,$(eval $(call MATMUL_FORM_RULE,$(f))))
+$(foreach f,one_ one_norm_ t4_ t4_norm_ t8_,$(eval $(call MATMUL_FORM_RULE,$(f))))
 
 $(BUILD)/shaders/matmul_%.spv: shaders/matmul.comp $(wildcard shaders/*.glsl) Makefile
 	@mkdir -p $(dir $@)

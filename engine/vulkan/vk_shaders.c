@@ -47,7 +47,7 @@ const struct vk_spirv *vk_shader_find(const char *name)
 }
 
 const struct vk_matmul_form vk_matmul_forms[VK_MATMUL_FORMS] = {
-    {"one_", 1, 1, "one_norm_", 2}, {"t4_", 4, 4, NULL, 0},
+    {"one_", 1, 1, "one_norm_", 2}, {"t4_", 4, 4, "t4_norm_", 4},
     {"t8_", 8, 4, NULL, 0}, {"", MM_TOKENS, 1, NULL, 0}};
 
 int vk_matmul_max_invocations(void)

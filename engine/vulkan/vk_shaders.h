@@ -41,9 +41,10 @@ const struct vk_spirv *vk_shader_find(const char *name);
  *           3 NORM (float, n_cols: the norm's weights; read only by the
  *           _norm_ forms, any buffer otherwise).
  *           Unused array entries may repeat a used buffer.
- * The _norm_ forms (matmul_one_norm_<t>, matmul_rows_norm_<t>) multiply
- * each row of X RMS-normed first, with NORM's weights and epsilon eps:
- * the bits rmsnorm's output would give the plain form. 
+ * The _norm_ forms (matmul_one_norm_<t>, matmul_t4_norm_<t>,
+ * matmul_rows_norm_<t>) multiply each row of X RMS-normed first, with
+ * NORM's weights and epsilon eps: the bits rmsnorm's output would give
+ * the plain form.
  * Forms: matmul_<t> for GPUs, in y-groups of MM_TOKENS tokens; the same
  * for small batches, which keep fewer partial sums and run faster:
  * matmul_one_<t> (n_tokens = 1: decode), matmul_t4_<t> and matmul_t8_<t>
