@@ -111,7 +111,8 @@ $$(BUILD)/shaders/matmul_$(1)%.spv: shaders/matmul.comp $$(wildcard shaders/*.gl
 	$$(GLSLC) $$(GLSL_FLAGS) $$(MATMUL_DEFS_$(1)) \
 	    -DWTYPE_$$(shell echo $$* | tr a-z A-Z) $$< -o $$@
 endef
-$(foreach f,one_ one_norm_ t4_ t4_norm_ t8_,$(eval $(call MATMUL_FORM_RULE,$(f))))
+$(foreach f,one_ one_norm_ t4_ t4_norm_ t8_,\
+    $(eval $(call MATMUL_FORM_RULE,$(f))))
 
 $(BUILD)/shaders/matmul_%.spv: shaders/matmul.comp $(wildcard shaders/*.glsl) Makefile
 	@mkdir -p $(dir $@)

@@ -1567,7 +1567,8 @@ static void check_rope_kv_store(enum kv_type type, int style, int n_rot)
     /* the fused dispatch writes from word `shift` on (in place in a
      * cache's slots), with untouched bytes before */
     const uint32_t shift = 4;
-    uint8_t *got_k = malloc(room + 4 * shift), *got_v = malloc(room + 4 * shift);
+    uint8_t *got_k = malloc(room + 4 * shift);
+    uint8_t *got_v = malloc(room + 4 * shift);
     float *want_q = malloc(nq * 4), *got_q = malloc(nq * 4);
     memset(got_k, 0xa5, room + 4 * shift);
 

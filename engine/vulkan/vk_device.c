@@ -464,9 +464,10 @@ static void describe(const struct vk_device *d, VkPhysicalDevice pd,
     if (!features.shaderStorageBufferArrayDynamicIndexing)
         append_reason(info->why_not, sizeof info->why_not,
                       "it cannot index arrays of storage buffers");
-    /* The matmul's batched forms run teams of 64 invocations in one
-     * workgroup (vk_shaders.h); Vulkan promises only 128. */
-    const uint32_t wg = (uint32_t)vk_matmul_max_invocations();
+    /* Attention's workgroups, and the matmul's batched forms (teams of 64
+     * invocations), are larger than the 128 Vulkan promises
+     * (vk_shaders.h). */
+    const uint32_t wg = (uint32_t)vk_shader_max_invocations();
     if (props.limits.maxComputeWorkGroupInvocations < wg ||
         props.limits.maxComputeWorkGroupSize[0] < wg)
         append_reason(info->why_not, sizeof info->why_not,

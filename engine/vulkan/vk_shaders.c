@@ -50,14 +50,14 @@ const struct vk_matmul_form vk_matmul_forms[VK_MATMUL_FORMS] = {
     {"one_", 1, 1, "one_norm_", 2}, {"t4_", 4, 4, "t4_norm_", 4},
     {"t8_", 8, 4, NULL, 0}, {"", MM_TOKENS, 1, NULL, 0}};
 
-int vk_matmul_max_invocations(void)
+int vk_shader_max_invocations(void)
 {
-    int teams = 1;
+    int most = VK_ATTENTION_INVOCATIONS;
     for (int f = 0; f < VK_MATMUL_FORMS; f++) {
-        if (vk_matmul_forms[f].teams > teams)
-            teams = vk_matmul_forms[f].teams;
-        if (vk_matmul_forms[f].norm_teams > teams)
-            teams = vk_matmul_forms[f].norm_teams;
+        const struct vk_matmul_form *m = &vk_matmul_forms[f];
+        const int teams = m->teams > m->norm_teams ? m->teams : m->norm_teams;
+        if (64 * teams > most)
+            most = 64 * teams;
     }
-    return 64 * teams;
+    return most;
 }

@@ -91,8 +91,12 @@ struct vk_matmul_form {
 enum { VK_MATMUL_FORMS = 4 };
 extern const struct vk_matmul_form vk_matmul_forms[VK_MATMUL_FORMS];
 
-/* The most invocations any matmul workgroup has (64 x the most teams). */
-int vk_matmul_max_invocations(void);
+/* attention.comp's workgroup size (its WG; they must match). */
+enum { VK_ATTENTION_INVOCATIONS = 512 };
+
+/* The most invocations any shader's workgroup has: attention's, or 64 x
+ * the most teams of a matmul form. */
+int vk_shader_max_invocations(void);
 
 /* rmsnorm: y = x / sqrt(mean(x^2) + eps) * w over each of n_groups groups
  * of dim values. bindings: 0 X (float), 1 Y (float; may be the same buffer
@@ -168,9 +172,9 @@ struct vk_push_rope_kv_store {
  * k in [0, sink_end) and [lo, p].
  * Row of position k: k >= pos0 is row stage_row0 + k - pos0 of the stage
  * buffers (this batch; a full cache bound as its own stage buffers has
- * them at stage_row0 = pos0); else slot s of the cache buffers, s = k (policy 0, full),
- * k % capacity (1, ring), k < n_sink ? k : n_sink + (k - n_sink) %
- * (capacity - n_sink) (2). Rows are row_bytes apart, stored as kv_store
+ * them at stage_row0 = pos0); else slot s of the cache buffers, s = k
+ * (policy 0, full), k % capacity (1, ring), k < n_sink ? k : n_sink +
+ * (k - n_sink) % (capacity - n_sink) (2). Rows are row_bytes apart, stored as kv_store
  * writes them (type, block); head g's values start at value g * head_dim.
  * bindings: 0 Q (float, n_rows x n_head x head_dim), 1 K cache, 2 V cache,
  *           3 K stage, 4 V stage (uint), 5 OUT (float, like Q).
