@@ -974,21 +974,47 @@ static struct kv_cache *attention_cache(const struct attention_case *c,
     return kv;
 }
 
+/* The cache rows of kv's layer 0 with the staged rows of a batch at pos0
+ * written into their slots (a full cache), in a new buffer. */
+static struct vk_buffer cache_with_batch(const struct kv_cache *kv,
+                                         const uint8_t *rows,
+                                         const uint8_t *staged, int pos0,
+                                         int n)
+{
+    const size_t rb = kv->row_bytes;
+    const size_t bytes = (size_t)kv->layers[0].capacity * rb;
+    uint8_t *all = malloc(bytes);
+    memcpy(all, rows, bytes);
+    memcpy(all + (size_t)pos0 * rb, staged, (size_t)n * rb);
+    struct vk_buffer b;
+    upload_padded(&b, all, bytes);
+    free(all);
+    return b;
+}
+
 /* out = the attention shader's n rows for queries q at positions pos0..,
- * the rows kv has staged. */
+ * the rows kv has staged: in stage buffers, or (in_place, a full cache)
+ * in their slots, the cache bound as its own stage from row pos0, as the
+ * backend runs a full cache. */
 static void attention_on_device(const struct attention_case *c,
                                 const struct kv_cache *kv, int pos0, int n,
-                                const float *q, float *out)
+                                const float *q, bool in_place, float *out)
 {
     const struct kv_layer *L = &kv->layers[0];
     const size_t nq = (size_t)n * c->n_head * c->head_dim;
     struct vk_buffer bq = buffer_with(q, nq * 4), bo = buffer_with(NULL, nq * 4);
     struct vk_buffer bkc, bvc, bks, bvs;
-    upload_padded(&bkc, L->k, (size_t)L->capacity * kv->row_bytes);
-    upload_padded(&bvc, L->v, (size_t)L->capacity * kv->row_bytes);
-    upload_padded(&bks, kv->stage_k, (size_t)n * kv->row_bytes);
-    upload_padded(&bvs, kv->stage_v, (size_t)n * kv->row_bytes);
-    const struct vk_buffer *bufs[] = {&bq, &bkc, &bvc, &bks, &bvs, &bo};
+    if (in_place) {
+        bkc = cache_with_batch(kv, L->k, kv->stage_k, pos0, n);
+        bvc = cache_with_batch(kv, L->v, kv->stage_v, pos0, n);
+    } else {
+        upload_padded(&bkc, L->k, (size_t)L->capacity * kv->row_bytes);
+        upload_padded(&bvc, L->v, (size_t)L->capacity * kv->row_bytes);
+        upload_padded(&bks, kv->stage_k, (size_t)n * kv->row_bytes);
+        upload_padded(&bvs, kv->stage_v, (size_t)n * kv->row_bytes);
+    }
+    const struct vk_buffer *bufs[] = {&bq, &bkc, &bvc, in_place ? &bkc : &bks,
+                                      in_place ? &bvc : &bvs, &bo};
     struct vk_push_attention push = {
         .n_rows = (uint32_t)n, .pos0 = (uint32_t)pos0,
         .n_head = (uint32_t)c->n_head, .n_head_kv = (uint32_t)c->n_head_kv,
@@ -998,6 +1024,7 @@ static void attention_on_device(const struct attention_case *c,
         .n_sink = (uint32_t)L->n_sink, .layer_window = (uint32_t)L->window,
         .model_window = (uint32_t)c->model_window,
         .scale = attention_scale(c->head_dim),
+        .stage_row0 = in_place ? (uint32_t)pos0 : 0,
     };
     run("attention", 6, bufs, &push, sizeof push, (uint32_t)c->n_head,
         (uint32_t)n, 1);
@@ -1006,11 +1033,15 @@ static void attention_on_device(const struct attention_case *c,
     vk_buffer_free(dev, &bo);
     vk_buffer_free(dev, &bkc);
     vk_buffer_free(dev, &bvc);
-    vk_buffer_free(dev, &bks);
-    vk_buffer_free(dev, &bvs);
+    if (!in_place) {
+        vk_buffer_free(dev, &bks);
+        vk_buffer_free(dev, &bvs);
+    }
 }
 
-static void check_attention(const struct attention_case *c)
+/* The shader against the CPU formula in double; a full cache's batch
+ * both staged and in its slots. */
+static void check_attention(const struct attention_case *c, bool in_place)
 {
     const int hd = c->head_dim, n_pos = c->n_past + c->n;
     const size_t kv_dim = (size_t)c->n_head_kv * hd;
@@ -1024,7 +1055,7 @@ static void check_attention(const struct attention_case *c)
     float *q = random_floats(nq, -1.0f, 1.0f, &s);
     float *got = malloc(nq * sizeof *got);
     const float scale = attention_scale(hd);
-    attention_on_device(c, kv, pos0, c->n, q, got);
+    attention_on_device(c, kv, pos0, c->n, q, in_place, got);
 
     /* The CPU formula in double, reading rows through kv.h. */
     const int n_ctx = c->n_ctx;
@@ -1069,10 +1100,11 @@ static void check_attention(const struct attention_case *c)
                 double want = out[d] / sum, m = mag[d] / sum;
                 double gv = got[((size_t)t * c->n_head + h) * hd + d];
                 if (!(fabs(gv - want) <= 1e-4 * m + 1e-7))
-                    fail_msg("attention %s %s, head_dim %d, pos0 %d: out[%d]"
-                             "[%d][%d] = %.9g, want %.9g", kv_type_name(kv->type),
-                             kv_policy_name(L->policy), hd, pos0, t, h, d, gv,
-                             want);
+                    fail_msg("attention %s %s%s, head_dim %d, pos0 %d: "
+                             "out[%d][%d][%d] = %.9g, want %.9g",
+                             kv_type_name(kv->type), kv_policy_name(L->policy),
+                             in_place ? " in place" : "", hd, pos0, t, h, d,
+                             gv, want);
             }
         }
     }
@@ -1085,14 +1117,16 @@ static void check_attention(const struct attention_case *c)
     free(out);
     free(mag);
     kv_free(kv);
+    if (!in_place && c->sliding == 0 && c->sink_window == 0)
+        check_attention(c, true);
 }
 
 static void test_attention_full_cache_matches_cpu(void **state)
 {
     (void)state;
     REQUIRE_DEVICE();
-    /* 167 positions: two chunks of keys; GQA groups of 2 */
-    const struct attention_case c1 = {KV_F16, 4, 2, 64, 300, 0, 0, 0, 0, 150,
+    /* 567 positions: two chunks of keys; GQA groups of 2 */
+    const struct attention_case c1 = {KV_F16, 4, 2, 64, 600, 0, 0, 0, 0, 550,
                                       17};
     /* everything in the stage buffers; head_dim 33: odd f16 rows */
     const struct attention_case c2 = {KV_F32, 2, 2, 33, 64, 0, 0, 0, 0, 0, 17};
@@ -1101,15 +1135,15 @@ static void test_attention_full_cache_matches_cpu(void **state)
      * cache */
     const struct attention_case c4 = {KV_Q8_0, 2, 1, 32, 300, 0, 0, 0, 40,
                                       100, 3};
-    /* ~700 positions: three chunks, the third reusing the first's shared
+    /* ~1,100 positions: three chunks, the third reusing the first's shared
      * arrays; the decode shape (head_dim 64, f16, groups of 4) */
-    const struct attention_case c5 = {KV_F16, 8, 2, 64, 800, 0, 0, 0, 0, 690,
-                                      9};
-    check_attention(&c1);
-    check_attention(&c2);
-    check_attention(&c3);
-    check_attention(&c4);
-    check_attention(&c5);
+    const struct attention_case c5 = {KV_F16, 8, 2, 64, 1200, 0, 0, 0, 0,
+                                      1090, 9};
+    check_attention(&c1, false);
+    check_attention(&c2, false);
+    check_attention(&c3, false);
+    check_attention(&c4, false);
+    check_attention(&c5, false);
 }
 
 static void test_attention_ring_cache_after_wrap_matches_cpu(void **state)
@@ -1122,8 +1156,8 @@ static void test_attention_ring_cache_after_wrap_matches_cpu(void **state)
     /* q8_0 blocks of 33 (head_dim 33): values that never align */
     const struct attention_case c2 = {KV_Q8_0, 4, 2, 33, 300, 32, 0, 0, 32,
                                       190, 17};
-    check_attention(&c1);
-    check_attention(&c2);
+    check_attention(&c1, false);
+    check_attention(&c2, false);
 }
 
 static void test_attention_sink_window_matches_cpu(void **state)
@@ -1138,9 +1172,9 @@ static void test_attention_sink_window_matches_cpu(void **state)
                                       6};
     const struct attention_case c3 = {KV_Q8_0, 2, 2, 64, 300, 0, 24, 4, 0, 70,
                                       17};
-    check_attention(&c1);
-    check_attention(&c2);
-    check_attention(&c3);
+    check_attention(&c1, false);
+    check_attention(&c2, false);
+    check_attention(&c3, false);
 }
 
 /* Row t of a batch of c->n queries at positions n_past.. against row t
@@ -1158,11 +1192,12 @@ static void check_attention_batch_invariance(const struct attention_case *c)
     float *alone = malloc(row_q * sizeof *alone);
 
     struct kv_cache *kv = attention_cache(c, kin, vin, c->n_past, c->n);
-    attention_on_device(c, kv, c->n_past, c->n, q, batch);
+    attention_on_device(c, kv, c->n_past, c->n, q, false, batch);
     kv_free(kv);
     for (int t = 0; t < c->n; t++) {
         kv = attention_cache(c, kin, vin, c->n_past + t, 1);
-        attention_on_device(c, kv, c->n_past + t, 1, q + t * row_q, alone);
+        attention_on_device(c, kv, c->n_past + t, 1, q + t * row_q, false,
+                            alone);
         char what[96];
         snprintf(what, sizeof what, "%s %s, head_dim %d: row %d alone",
                  kv_type_name(kv->type), kv_policy_name(kv->layers[0].policy),
@@ -1184,9 +1219,9 @@ static void test_attention_gives_a_row_the_same_bits_alone_and_in_a_batch(
 {
     (void)state;
     REQUIRE_DEVICE();
-    /* a batch of 16 across the second chunk's start (positions 250..265);
+    /* a batch of 16 across the second chunk's start (positions 506..521);
      * the decode shape */
-    const struct attention_case c1 = {KV_F16, 8, 2, 64, 400, 0, 0, 0, 0, 250,
+    const struct attention_case c1 = {KV_F16, 8, 2, 64, 600, 0, 0, 0, 0, 506,
                                       16};
     /* a ring after wrapping, value by value (q8_0 blocks of 33) */
     const struct attention_case c2 = {KV_Q8_0, 4, 2, 33, 300, 32, 0, 0, 32,

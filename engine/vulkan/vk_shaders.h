@@ -174,8 +174,9 @@ struct vk_push_rope_kv_store {
  * buffers (this batch; a full cache bound as its own stage buffers has
  * them at stage_row0 = pos0); else slot s of the cache buffers, s = k
  * (policy 0, full), k % capacity (1, ring), k < n_sink ? k : n_sink +
- * (k - n_sink) % (capacity - n_sink) (2). Rows are row_bytes apart, stored as kv_store
- * writes them (type, block); head g's values start at value g * head_dim.
+ * (k - n_sink) % (capacity - n_sink) (2). Rows are row_bytes apart,
+ * stored as kv_store writes them (type, block); head g's values start at
+ * value g * head_dim.
  * bindings: 0 Q (float, n_rows x n_head x head_dim), 1 K cache, 2 V cache,
  *           3 K stage, 4 V stage (uint), 5 OUT (float, like Q).
  * grid: (n_head, n_rows, 1). */
