@@ -251,19 +251,26 @@ struct mm_call {
     float eps;
 };
 
-/* The teams per workgroup of GPU form `shader` (vk_matmul_forms). */
-static uint32_t matmul_teams(const char *shader)
+/* GPU form `shader`'s entry in vk_matmul_forms, and its teams per
+ * workgroup (its norm form's where it is that). */
+static const struct vk_matmul_form *matmul_form_of(const char *shader,
+                                                   uint32_t *teams)
 {
     const char *rest = shader + strlen("matmul_");
-    for (int f = 0; f < VK_MATMUL_FORMS - 1; f++) {
-        const char *prefix = vk_matmul_forms[f].prefix;
-        const char *norm = vk_matmul_forms[f].norm_prefix;
-        if (norm && !strncmp(rest, norm, strlen(norm)))
-            return (uint32_t)vk_matmul_forms[f].norm_teams;
-        if (!strncmp(rest, prefix, strlen(prefix)))
-            return (uint32_t)vk_matmul_forms[f].teams;
+    const struct vk_matmul_form *last = &vk_matmul_forms[VK_MATMUL_FORMS - 1];
+    for (const struct vk_matmul_form *f = vk_matmul_forms; f < last; f++) {
+        if (f->norm_prefix && !strncmp(rest, f->norm_prefix,
+                                       strlen(f->norm_prefix))) {
+            *teams = (uint32_t)f->norm_teams;
+            return f;
+        }
+        if (!strncmp(rest, f->prefix, strlen(f->prefix))) {
+            *teams = (uint32_t)f->teams;
+            return f;
+        }
     }
-    return (uint32_t)vk_matmul_forms[VK_MATMUL_FORMS - 1].teams;
+    *teams = (uint32_t)last->teams;
+    return last;
 }
 
 static void matmul_on_device(const struct mm_call *c)
@@ -272,10 +279,13 @@ static void matmul_on_device(const struct mm_call *c)
                                               1};
     const size_t row_bytes = dtype_row_bytes(c->type, (uint64_t)c->n_cols);
     const bool rowwise = strstr(c->shader, "_rows_") != NULL;
+    uint32_t teams = 1;
+    const struct vk_matmul_form *form = matmul_form_of(c->shader, &teams);
+    /* tokens a workgroup takes: the form's y-groups */
+    const uint32_t y_tokens = rowwise ? MM_TOKENS : (uint32_t)form->max_tokens;
     const uint32_t per =
         rowwise ? MM_ROWWISE_ROWS
-                : matmul_teams(c->shader) *
-                      (c->mode == MM_GATED ? MM_SLOTS / 2 : MM_SLOTS);
+                : teams * (c->mode == MM_GATED ? MM_SLOTS / 2 : MM_SLOTS);
     const int n_out = c->mode == MM_STORE ? c->n_mats : 1;
     struct vk_buffer bw[MM_MAX_MATS], by[MM_MAX_MATS];
     struct vk_push_matmul push = {.n_cols = (uint32_t)c->n_cols,
@@ -314,7 +324,7 @@ static void matmul_on_device(const struct mm_call *c)
     bufs[2 * MM_MAX_MATS + 1] = &bn;
     uint32_t gz = (c->seed & 1) ? 2 : 1;
     run_arrays(c->shader, MM_BINDINGS, bindings, bufs, &push, sizeof push,
-               ceil_div(groups, gz), ceil_div(c->n_tokens, MM_TOKENS), gz);
+               ceil_div(groups, gz), ceil_div(c->n_tokens, y_tokens), gz);
     for (int m = 0; m < n_out; m++) {
         download(&by[m], c->y[m], (size_t)c->n_tokens * c->n_rows[m] * 4);
         vk_buffer_free(dev, &by[m]);
@@ -393,17 +403,18 @@ static void check_matmul_variant(uint32_t type, const char *shader,
     check_matmul(type, shader, short_cols, 130, 2, seed + 95);
 }
 
-/* A small-batch form (at most max_tokens tokens, one y-group): batches
- * of 1 .. max_tokens; a workgroup's rows all real, the last one alone. */
+/* A small-batch form (batches of at most max_batch tokens, in y-groups
+ * of its own size): batches of 1 .. max_batch; a workgroup's rows all
+ * real, the last one alone. */
 static void check_matmul_small(uint32_t type, const char *shader,
-                               int max_tokens, int short_cols, int long_cols)
+                               int max_batch, int short_cols, int long_cols)
 {
     static const int rows[] = {5, 1, 8, 17, 130};
-    uint64_t seed = 0x0e3779b97f4a7c15ull ^ type ^ (uint64_t)max_tokens;
+    uint64_t seed = 0x0e3779b97f4a7c15ull ^ type ^ (uint64_t)max_batch;
     for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++)
         check_matmul(type, shader, short_cols, rows[i],
-                     1 + (int)i % max_tokens, seed + i);
-    check_matmul(type, shader, long_cols, 9, max_tokens, seed + 99);
+                     1 + (int)(i * 7) % max_batch, seed + i);
+    check_matmul(type, shader, long_cols, 9, max_batch, seed + 99);
 }
 
 /* The GPU's small-batch forms of matmul_<t>: all but the last of
@@ -422,7 +433,7 @@ static void check_matmul_shapes(uint32_t type, const char *shader,
     check_matmul_variant(type, name, short_cols, long_cols);
     for (int f = 0; f < N_SMALL_FORMS; f++) {
         snprintf(name, sizeof name, "matmul_%s%s", vk_matmul_forms[f].prefix, t);
-        check_matmul_small(type, name, vk_matmul_forms[f].max_tokens, short_cols,
+        check_matmul_small(type, name, vk_matmul_forms[f].max_batch, short_cols,
                            long_cols);
     }
 }
@@ -1386,7 +1397,7 @@ static void test_matmul_fused_forms_give_the_bits_of_separate_ops(
         const bool rows = f == VK_MATMUL_FORMS;
         const char *prefix = rows ? "rows_" : vk_matmul_forms[f].prefix;
         const int most = rows || f == VK_MATMUL_FORMS - 1
-                             ? 17 : vk_matmul_forms[f].max_tokens;
+                             ? 17 : vk_matmul_forms[f].max_batch;
         const int more = most, some = most < 5 ? most : 5;
         char q8[64], f16[64], q4k[64];
         snprintf(q8, sizeof q8, "matmul_%sq8_0", prefix);
@@ -1472,7 +1483,7 @@ static void test_matmul_gives_a_token_the_same_bits_alone_and_in_a_batch(
         for (int f = 0; f < N_SMALL_FORMS; f++) {
             snprintf(small, sizeof small, "matmul_%s%s",
                      vk_matmul_forms[f].prefix, cases[c].name);
-            check_same_bits_by_parts(gpu, small, vk_matmul_forms[f].max_tokens,
+            check_same_bits_by_parts(gpu, small, vk_matmul_forms[f].max_batch,
                                      &d);
         }
         mm_data_free(&d);
@@ -1570,7 +1581,7 @@ static void test_matmul_norm_forms_give_the_bits_of_rmsnorm_then_matmul(
                                 : vk_matmul_forms[f].norm_prefix;
         if (!norm)
             continue;
-        const int most = rows ? 17 : vk_matmul_forms[f].max_tokens;
+        const int most = rows ? 17 : vk_matmul_forms[f].max_batch;
         for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
             check_norm_form(prefix, norm, cases[c].name, cases[c].type,
                             cases[c].n_cols, 1, 0x90 + c);

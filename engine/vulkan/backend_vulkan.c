@@ -572,7 +572,7 @@ static int matmul_form(const struct vk_backend *be, int n)
 {
     int f = 0;
     while (!be->matmul_rowwise && f + 1 < N_GPU_FORMS &&
-           n > vk_matmul_forms[f].max_tokens)
+           n > vk_matmul_forms[f].max_batch)
         f++;
     return f;
 }
@@ -656,7 +656,11 @@ static void record_matmul(struct vk_backend *be, uint32_t mode, int count,
     uint32_t gz = (groups + max_x - 1) / max_x;
     uint32_t gx = (groups + gz - 1) / gz;
     dispatch(be, norm ? &be->matmul_norm[form][mi] : &be->matmul[form][mi],
-             bufs, &pc, gx, groups_of(n, MM_TOKENS), gz);
+             bufs, &pc, gx,
+             groups_of(n, be->matmul_rowwise
+                              ? MM_TOKENS
+                              : vk_matmul_forms[form].max_tokens),
+             gz);
 }
 
 static void vkb_matmul(struct backend *base, const struct weight *w,

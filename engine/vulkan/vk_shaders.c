@@ -4,6 +4,7 @@
  * SHADER(name) line each, so this table follows the Makefile's list. */
 #include "vk_shaders.h"
 
+#include <limits.h>
 #include <pthread.h>
 #include <string.h>
 
@@ -46,9 +47,17 @@ const struct vk_spirv *vk_shader_find(const char *name)
     return NULL;
 }
 
+/* The 8-token form also takes blocks of 9..16 tokens, in two y-groups:
+ * verifying 16 tokens of the 1B shape took 4.95-5.00 ms on the H200
+ * against 6.18-6.23 in the 16-token form (12 tokens: 4.65-4.75 against
+ * 5.73-5.77); the 4-token form in four y-groups, 5.73-5.77. For 5..8
+ * tokens the 4-token form in two y-groups was slower than the 8-token
+ * form (3.24-3.28 against 3.09-3.24 ms at 8). */
 const struct vk_matmul_form vk_matmul_forms[VK_MATMUL_FORMS] = {
-    {"one_", 1, 1, "one_norm_", 2}, {"t4_", 4, 4, "t4_norm_", 4},
-    {"t8_", 8, 4, NULL, 0}, {"", MM_TOKENS, 1, NULL, 0}};
+    {"one_", 1, 1, 1, "one_norm_", 2},
+    {"t4_", 4, 4, 4, "t4_norm_", 4},
+    {"t8_", 8, 16, 4, NULL, 0},
+    {"", MM_TOKENS, INT_MAX, 1, NULL, 0}};
 
 int vk_shader_max_invocations(void)
 {

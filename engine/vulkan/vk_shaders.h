@@ -48,7 +48,7 @@ const struct vk_spirv *vk_shader_find(const char *name);
  * Forms: matmul_<t> for GPUs, in y-groups of MM_TOKENS tokens; the same
  * for small batches, which keep fewer partial sums and run faster:
  * matmul_one_<t> (n_tokens = 1: decode), matmul_t4_<t> and matmul_t8_<t>
- * (n_tokens <= 4, <= 8; one y-group); each gives a token the bits every
+ * (y-groups of 4 and 8 tokens); each gives a token the bits every
  * other GPU form gives it, alone or in any batch. matmul_rows_<t>: one
  * invocation per row, for devices whose invocations are a CPU's SIMD
  * lanes (lavapipe).
@@ -56,7 +56,8 @@ const struct vk_spirv *vk_shader_find(const char *name);
  * / 2 rows of both matrices) for the GPU forms (teams: vk_matmul_forms),
  * MM_ROWWISE_ROWS rows (or row pairs) for matmul_rows_<t>. Matrix m's
  * groups are numbered from start[m] (start[0] = 0; ~0u for a matrix not
- * in the dispatch; MM_GATED numbers only matrix 0's). groups_y = ceil(n_tokens / MM_TOKENS). Row
+ * in the dispatch; MM_GATED numbers only matrix 0's). groups_y =
+ * ceil(n_tokens / the form's tokens per y-group). Row
  * groups beyond the device's grid width may spill into z: group g = x +
  * z * groups_x; a group past its matrix's last row does nothing. */
 enum { MM_SLOTS = 4, MM_TOKENS = 16, MM_ROWWISE_ROWS = 64, MM_MAX_MATS = 3 };
@@ -71,13 +72,15 @@ struct vk_push_matmul {
 };
 
 /* The GPU forms of matmul_<t> by batch size, smallest first: the first
- * whose max_tokens holds a batch runs it, the last takes any batch in
- * y-groups of MM_TOKENS. A workgroup is `teams` teams of 64 threads, each
- * team on MM_SLOTS rows of its own (the Makefile's MATMUL_DEFS_ compile
- * each form to match: -DMM_TEAMS). */
+ * whose max_batch holds a batch runs it, in y-groups of its max_tokens
+ * (the last takes any batch). A workgroup is `teams` teams of 64 threads,
+ * each team on MM_SLOTS rows of its own (the Makefile's MATMUL_DEFS_
+ * compile each form to match: -DMM_NT, -DMM_TEAMS). */
 struct vk_matmul_form {
     const char *prefix;   /* the shader is matmul_<prefix><t> */
-    int max_tokens, teams;
+    int max_tokens;       /* tokens a workgroup takes (a y-group) */
+    int max_batch;        /* the largest batch it runs (INT_MAX: any) */
+    int teams;
     /* The same form with the norm folded in (matmul_<norm_prefix><t>), or
      * NULL: then the norm is a dispatch of its own before the matmul; and
      * its teams (it may share x among more rows: every workgroup reads
