@@ -76,7 +76,7 @@ MATMUL_FORMS := matmul_ matmul_t8_ matmul_t4_ matmul_one_ matmul_rows_ \
                 matmul_one_norm_ matmul_t4_norm_ matmul_rows_norm_
 SHADER_NAMES := $(foreach f,$(MATMUL_FORMS),$(MATMUL_TYPES:%=$(f)%)) \
                 rmsnorm rope add gated_act \
-                kv_store rope_kv_store attention
+                kv_store rope_kv_store attention attention_cpu
 SPIRV      := $(SHADER_NAMES:%=$(BUILD)/shaders/%.spv)
 SPIRV_OBJ  := $(BUILD)/shaders/spirv.o
 GLSLC      ?= glslc
@@ -118,6 +118,12 @@ $(BUILD)/shaders/matmul_%.spv: shaders/matmul.comp $(wildcard shaders/*.glsl) Ma
 	@mkdir -p $(dir $@)
 	$(GLSLC) $(GLSL_FLAGS) $(MATMUL_DEFS_) \
 	    -DWTYPE_$(shell echo $* | tr a-z A-Z) $< -o $@
+
+# Attention for CPU-backed devices: workgroups of 64 (attention.comp says
+# why).
+$(BUILD)/shaders/attention_cpu.spv: shaders/attention.comp $(wildcard shaders/*.glsl) Makefile
+	@mkdir -p $(dir $@)
+	$(GLSLC) $(GLSL_FLAGS) -DATT_WG=64 $< -o $@
 
 $(BUILD)/shaders/%.spv: shaders/%.comp $(wildcard shaders/*.glsl)
 	@mkdir -p $(dir $@)

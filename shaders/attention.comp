@@ -24,12 +24,16 @@
  * (speculative verification), which greedy speculative decoding needs.
  *
  * Speed: decoding runs only n_head workgroups, too few to fill a GPU, so a
- * workgroup's time is its chain of waits, for loads and at barriers. So a
- * workgroup is 512 threads, whose chunks of 512 keys halve the chain past
- * 256 positions: on the H200 (1B shape, Q8_0, after a 256-token prompt)
- * decoding took 1.45 ms a token against 1.50 with 256 threads and 1.53
- * with 128; below 256 positions 512 threads cost ~1.7 us more a layer
- * (14.3 against 12.6 us), most of them idle. A
+ * workgroup's time is its chain of waits, for loads and at barriers. So on
+ * a GPU a workgroup is 512 threads (ATT_WG), whose chunks of 512 keys halve
+ * the chain past 256 positions: on the H200 (1B shape, Q8_0, after a
+ * 256-token prompt) decoding took 1.45 ms a token against 1.50 with 256
+ * threads and 1.53 with 128; below 256 positions 512 threads cost ~1.7 us
+ * more a layer (14.3 against 12.6 us), most of them idle. A CPU-backed
+ * device (lavapipe) runs a workgroup's invocations as one thread's SIMD
+ * lanes, where every idle lane and barrier is paid for: attention_cpu is
+ * this shader with 64 (tiny-llama shape on 2 cores: prefill 2,241 tok/s
+ * against 681 with 256 and 310 with 512; decode 484 against 345). A
  * chunk costs two barriers (after the subgroups' maxima, after the
  * probabilities) where trees in shared memory took eleven, and the end one
  * where it took nine. The chunk's shared arrays come in two copies used in
@@ -54,13 +58,21 @@
 
 #include "common.glsl"
 
-#define WG 512u
+/* Threads a workgroup (the Makefile's -DATT_WG; at least HD_MAX / 4, so
+ * that a partition of 4 values a thread covers any head). */
+#ifndef ATT_WG
+#define ATT_WG 512
+#endif
+#if ATT_WG < 64
+#error "attention.comp: ATT_WG is at least HD_MAX / 4 = 64"
+#endif
+#define WG uint(ATT_WG)
 #define HD_MAX 256u
 #define STAGED 0x80000000u  /* row index flag: in the stage buffers */
 #define V_STEP 8u           /* keys whose values are loaded together */
 #define NEG_INF uintBitsToFloat(0xff800000u)
 
-layout(local_size_x = 512) in;
+layout(local_size_x = ATT_WG) in;
 
 layout(std430, binding = 0) readonly buffer QBuf { float q[]; };
 layout(std430, binding = 1) readonly buffer KCache { uint kc[]; };

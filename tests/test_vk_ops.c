@@ -1007,7 +1007,8 @@ static struct vk_buffer cache_with_batch(const struct kv_cache *kv,
  * the rows kv has staged: in stage buffers, or (in_place, a full cache)
  * in their slots, the cache bound as its own stage from row pos0, as the
  * backend runs a full cache. */
-static void attention_on_device(const struct attention_case *c,
+static void attention_on_device(const char *shader,
+                                const struct attention_case *c,
                                 const struct kv_cache *kv, int pos0, int n,
                                 const float *q, bool in_place, float *out)
 {
@@ -1037,7 +1038,7 @@ static void attention_on_device(const struct attention_case *c,
         .scale = attention_scale(c->head_dim),
         .stage_row0 = in_place ? (uint32_t)pos0 : 0,
     };
-    run("attention", 6, bufs, &push, sizeof push, (uint32_t)c->n_head,
+    run(shader, 6, bufs, &push, sizeof push, (uint32_t)c->n_head,
         (uint32_t)n, 1);
     download(&bo, out, nq * 4);
     vk_buffer_free(dev, &bq);
@@ -1050,9 +1051,14 @@ static void attention_on_device(const struct attention_case *c,
     }
 }
 
-/* The shader against the CPU formula in double; a full cache's batch
- * both staged and in its slots. */
-static void check_attention(const struct attention_case *c, bool in_place)
+/* The two workgroup sizes of attention.comp: GPUs', CPU devices'. */
+static const char *const attention_shaders[] = {"attention", "attention_cpu"};
+enum { N_ATTENTION_SHADERS = 2 };
+
+/* Attention shader `shader` against the CPU formula in double. */
+static void check_attention_shader(const char *shader,
+                                   const struct attention_case *c,
+                                   bool in_place)
 {
     const int hd = c->head_dim, n_pos = c->n_past + c->n;
     const size_t kv_dim = (size_t)c->n_head_kv * hd;
@@ -1066,7 +1072,7 @@ static void check_attention(const struct attention_case *c, bool in_place)
     float *q = random_floats(nq, -1.0f, 1.0f, &s);
     float *got = malloc(nq * sizeof *got);
     const float scale = attention_scale(hd);
-    attention_on_device(c, kv, pos0, c->n, q, in_place, got);
+    attention_on_device(shader, c, kv, pos0, c->n, q, in_place, got);
 
     /* The CPU formula in double, reading rows through kv.h. */
     const int n_ctx = c->n_ctx;
@@ -1111,8 +1117,8 @@ static void check_attention(const struct attention_case *c, bool in_place)
                 double want = out[d] / sum, m = mag[d] / sum;
                 double gv = got[((size_t)t * c->n_head + h) * hd + d];
                 if (!(fabs(gv - want) <= 1e-4 * m + 1e-7))
-                    fail_msg("attention %s %s%s, head_dim %d, pos0 %d: "
-                             "out[%d][%d][%d] = %.9g, want %.9g",
+                    fail_msg("%s %s %s%s, head_dim %d, pos0 %d: "
+                             "out[%d][%d][%d] = %.9g, want %.9g", shader,
                              kv_type_name(kv->type), kv_policy_name(L->policy),
                              in_place ? " in place" : "", hd, pos0, t, h, d,
                              gv, want);
@@ -1128,8 +1134,16 @@ static void check_attention(const struct attention_case *c, bool in_place)
     free(out);
     free(mag);
     kv_free(kv);
-    if (!in_place && c->sliding == 0 && c->sink_window == 0)
-        check_attention(c, true);
+}
+
+/* Both shaders; a full cache's batch both staged and in its slots. */
+static void check_attention(const struct attention_case *c)
+{
+    for (int i = 0; i < N_ATTENTION_SHADERS; i++) {
+        check_attention_shader(attention_shaders[i], c, false);
+        if (c->sliding == 0 && c->sink_window == 0)
+            check_attention_shader(attention_shaders[i], c, true);
+    }
 }
 
 static void test_attention_full_cache_matches_cpu(void **state)
@@ -1150,11 +1164,11 @@ static void test_attention_full_cache_matches_cpu(void **state)
      * arrays; the decode shape (head_dim 64, f16, groups of 4) */
     const struct attention_case c5 = {KV_F16, 8, 2, 64, 1200, 0, 0, 0, 0,
                                       1090, 9};
-    check_attention(&c1, false);
-    check_attention(&c2, false);
-    check_attention(&c3, false);
-    check_attention(&c4, false);
-    check_attention(&c5, false);
+    check_attention(&c1);
+    check_attention(&c2);
+    check_attention(&c3);
+    check_attention(&c4);
+    check_attention(&c5);
 }
 
 static void test_attention_ring_cache_after_wrap_matches_cpu(void **state)
@@ -1167,8 +1181,8 @@ static void test_attention_ring_cache_after_wrap_matches_cpu(void **state)
     /* q8_0 blocks of 33 (head_dim 33): values that never align */
     const struct attention_case c2 = {KV_Q8_0, 4, 2, 33, 300, 32, 0, 0, 32,
                                       190, 17};
-    check_attention(&c1, false);
-    check_attention(&c2, false);
+    check_attention(&c1);
+    check_attention(&c2);
 }
 
 static void test_attention_sink_window_matches_cpu(void **state)
@@ -1183,14 +1197,15 @@ static void test_attention_sink_window_matches_cpu(void **state)
                                       6};
     const struct attention_case c3 = {KV_Q8_0, 2, 2, 64, 300, 0, 24, 4, 0, 70,
                                       17};
-    check_attention(&c1, false);
-    check_attention(&c2, false);
-    check_attention(&c3, false);
+    check_attention(&c1);
+    check_attention(&c2);
+    check_attention(&c3);
 }
 
 /* Row t of a batch of c->n queries at positions n_past.. against row t
  * decoded alone at n_past + t, the batch's rows before it committed. */
-static void check_attention_batch_invariance(const struct attention_case *c)
+static void check_attention_batch_invariance(const char *shader,
+                                             const struct attention_case *c)
 {
     const int hd = c->head_dim, n_pos = c->n_past + c->n;
     const size_t kv_dim = (size_t)c->n_head_kv * hd;
@@ -1203,17 +1218,17 @@ static void check_attention_batch_invariance(const struct attention_case *c)
     float *alone = malloc(row_q * sizeof *alone);
 
     struct kv_cache *kv = attention_cache(c, kin, vin, c->n_past, c->n);
-    attention_on_device(c, kv, c->n_past, c->n, q, false, batch);
+    attention_on_device(shader, c, kv, c->n_past, c->n, q, false, batch);
     kv_free(kv);
     for (int t = 0; t < c->n; t++) {
         kv = attention_cache(c, kin, vin, c->n_past + t, 1);
-        attention_on_device(c, kv, c->n_past + t, 1, q + t * row_q, false,
-                            alone);
+        attention_on_device(shader, c, kv, c->n_past + t, 1, q + t * row_q,
+                            false, alone);
         char what[96];
         snprintf(what, sizeof what, "%s %s, head_dim %d: row %d alone",
                  kv_type_name(kv->type), kv_policy_name(kv->layers[0].policy),
                  hd, t);
-        expect_same_bits(alone, batch + t * row_q, row_q, what, "attention");
+        expect_same_bits(alone, batch + t * row_q, row_q, what, shader);
         kv_free(kv);
     }
     free(kin);
@@ -1240,9 +1255,11 @@ static void test_attention_gives_a_row_the_same_bits_alone_and_in_a_batch(
     /* sinks + window, f32, head_dim 128 */
     const struct attention_case c3 = {KV_F32, 2, 1, 128, 300, 0, 24, 4, 0,
                                       100, 16};
-    check_attention_batch_invariance(&c1);
-    check_attention_batch_invariance(&c2);
-    check_attention_batch_invariance(&c3);
+    for (int i = 0; i < N_ATTENTION_SHADERS; i++) {
+        check_attention_batch_invariance(attention_shaders[i], &c1);
+        check_attention_batch_invariance(attention_shaders[i], &c2);
+        check_attention_batch_invariance(attention_shaders[i], &c3);
+    }
 }
 
 /* ---- the embedded table ---- */
@@ -1714,7 +1731,7 @@ static void test_every_shader_is_embedded(void **state)
         "matmul_rows_q8_0", "matmul_rows_q4_0", "matmul_rows_q5_0",
         "matmul_rows_q4_k", "matmul_rows_q6_k",
         "rmsnorm", "rope", "add", "gated_act", "kv_store", "rope_kv_store",
-        "attention"};
+        "attention", "attention_cpu"};
     for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
         const struct vk_spirv *sh = vk_shader_find(names[i]);
         if (!sh)

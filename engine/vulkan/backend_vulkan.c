@@ -251,8 +251,9 @@ static int make_pipelines(struct vk_backend *be, struct kk_error *err)
            make_pipeline(be, "rope_kv_store", 6,
                          sizeof(struct vk_push_rope_kv_store),
                          &be->rope_kv_store, err) ||
-           make_pipeline(be, "attention", 6, sizeof(struct vk_push_attention),
-                         &be->attention, err)
+           make_pipeline(be, rowwise ? "attention_cpu" : "attention", 6,
+                         sizeof(struct vk_push_attention), &be->attention,
+                         err)
                ? -1 : 0;
 }
 

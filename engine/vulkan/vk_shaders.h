@@ -94,7 +94,8 @@ struct vk_matmul_form {
 enum { VK_MATMUL_FORMS = 4 };
 extern const struct vk_matmul_form vk_matmul_forms[VK_MATMUL_FORMS];
 
-/* attention.comp's workgroup size (its WG; they must match). */
+/* attention's workgroup size (attention.comp's ATT_WG; they must match);
+ * attention_cpu, for CPU-backed devices, has 64. */
 enum { VK_ATTENTION_INVOCATIONS = 512 };
 
 /* The most invocations any shader's workgroup has: attention's, or 64 x
@@ -182,7 +183,8 @@ struct vk_push_rope_kv_store {
  * value g * head_dim.
  * bindings: 0 Q (float, n_rows x n_head x head_dim), 1 K cache, 2 V cache,
  *           3 K stage, 4 V stage (uint), 5 OUT (float, like Q).
- * grid: (n_head, n_rows, 1). */
+ * grid: (n_head, n_rows, 1). attention_cpu is the same in smaller
+ * workgroups (other sums' order, the same contract). */
 struct vk_push_attention {
     uint32_t n_rows, pos0, n_head, n_head_kv, head_dim;
     uint32_t type, block, row_bytes;
