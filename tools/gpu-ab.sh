@@ -1,0 +1,135 @@
+#!/usr/bin/env bash
+# gpu-ab.sh — measures a change to the Vulkan backend on the project's GPU
+# machine the way its README figures were measured: the binary before the
+# change and the one after, `kakeya bench` on a random-weight model of a
+# real shape, alternately, several rounds, in one device call. Single runs
+# on a freshly started GPU vary by ±3%, more than most changes are worth;
+# alternating cancels the drift, and the rounds show the spread.
+#
+#   tools/gpu-ab.sh pack [REV]   here: builds REV (default HEAD) in a
+#                                scratch worktree as kakeya-base and the
+#                                working tree as kakeya, and packs both,
+#                                test_vk_ops and the libraries into .gpu-ab/
+#                                (git-ignored through .git/info/exclude)
+#   bash tools/gpu-ab.sh run     there, carrying .gpu-ab
+#
+# run's settings (environment):
+#   VARIANTS  NAME:BINARY:ENV,... entries (default "base:kakeya-base:
+#             new:kakeya:"); ENV is VAR=VALUE pairs joined by commas, for
+#             variants that differ by a setting rather than a build
+#   ROUNDS    rounds, each benchmarking every variant once (default 4)
+#   SHAPE     the model shape (default llama3.2-1b), Q8_0
+#   BANDWIDTH the GPU's bandwidth in GB/s, for the roofline (default 4800)
+#   TESTS=1   run test_vk_ops on the GPU first
+#   PROFILE   variants (as VARIANTS) to time per dispatch afterwards
+#             (KAKEYA_VK_PROFILE=1, a --quick bench)
+#   OUT       where the reports go (default /tmp/gpu-ab); they are packed
+#             into OUT/all.tgz, since a device call brings back few files
+#
+# Each bench prints one line: decode tok/s, the median ms a token, prefill,
+# and verify times for L = 1, 2, 4, 8, 16.
+set -u
+cd "$(dirname "$0")/.."
+KIT=.gpu-ab
+
+pack() {
+    local rev=${1:-HEAD} scratch
+    local exclude
+    exclude=$(git rev-parse --git-path info/exclude)
+    mkdir -p "$(dirname "$exclude")"
+    grep -qx "/$KIT/" "$exclude" 2>/dev/null || echo "/$KIT/" >> "$exclude"
+    make -j"$(nproc)" build/kakeya build/tests/test_vk_ops || return 1
+    scratch=$(mktemp -d)
+    git worktree add -q --detach "$scratch/tree" "$rev" || return 1
+    if ! make -C "$scratch/tree" -j"$(nproc)" build/kakeya > "$scratch/build.log" 2>&1; then
+        tail -n 20 "$scratch/build.log"
+        git worktree remove --force "$scratch/tree"
+        return 1
+    fi
+    rm -rf "$KIT" && mkdir -p "$KIT/bin" "$KIT/lib"
+    cp build/kakeya build/tests/test_vk_ops "$KIT/bin/"
+    cp "$scratch/tree/build/kakeya" "$KIT/bin/kakeya-base"
+    git worktree remove --force "$scratch/tree"
+    rm -rf "$scratch"
+    strip "$KIT"/bin/*
+    # The libraries, as tools/gpu-kit.sh packs them.
+    ldd build/kakeya build/tests/test_vk_ops | awk '/=> \//{print $3}' | sort -u |
+        grep -vE '/(libc|libm|libpthread|libdl|librt|ld-linux[^/]*)\.so' |
+        while read -r lib; do cp -L "$lib" "$KIT/lib/"; done
+    cp -L "$(ldconfig -p | awk '/libvulkan.so.1 .*x86-64/{print $NF; exit}')" "$KIT/lib/"
+    tar -C "$KIT" -cJf "$KIT/kit.tar.xz" bin lib && rm -rf "$KIT/bin" "$KIT/lib"
+    du -sh "$KIT"
+}
+
+# One bench report as one line.
+summary() { # report, label
+    python3 - "$1" "$2" <<'EOF'
+import json, sys
+try:
+    e = json.load(open(sys.argv[1]))["engine"]
+except Exception as x:
+    print(f"[{sys.argv[2]}] no result: {x}")
+    sys.exit()
+v = {c["L"]: c["ms"] for c in e.get("verify_cost", [])}
+print(f"[{sys.argv[2]}] decode {e['decode_tok_per_s']:.1f} tok/s"
+      f" (median {e['decode_ms_median']:.3f} ms), prefill"
+      f" {e['prefill_tok_per_s']:.0f}; verify ms "
+      + " ".join(f"{L}:{v[L]:.2f}" for L in (1, 2, 4, 8, 16) if L in v))
+EOF
+}
+
+# Runs variant entry $1 (NAME:BINARY:ENV) with the extra arguments.
+variant() {
+    local entry=$1; shift
+    local rest=${entry#*:}
+    local bin=${rest%%:*} envs=${rest#*:}
+    # shellcheck disable=SC2086
+    env ${envs//,/ } "/tmp/kk-ab/bin/$bin" "$@"
+}
+
+run() {
+    local out=${OUT:-/tmp/gpu-ab} model
+    mkdir -p "$out" /tmp/kk-ab
+    tar -C /tmp/kk-ab -xJf "$KIT/kit.tar.xz" || return 1
+    export LD_LIBRARY_PATH=/tmp/kk-ab/lib
+    if [ -z "${VK_ICD_FILENAMES:-}${VK_DRIVER_FILES:-}" ] &&
+       ldconfig -p | grep -q libEGL_nvidia.so.0; then
+        printf '{"file_format_version": "1.0.0", "ICD": {"library_path": "%s", "api_version": "1.3.0"}}\n' \
+            libEGL_nvidia.so.0 > /tmp/kk_nvidia_icd.json
+        export VK_ICD_FILENAMES=/tmp/kk_nvidia_icd.json
+    fi
+    if [ -n "${TESTS:-}" ]; then
+        /tmp/kk-ab/bin/test_vk_ops > "$out/test_vk_ops.txt" 2>&1
+        echo "test_vk_ops rc=$?: $(tail -n 1 "$out/test_vk_ops.txt")"
+    fi
+    model=/tmp/kk-ab/${SHAPE:-llama3.2-1b}-q8_0.gguf
+    /tmp/kk-ab/bin/kakeya mkmodel --shape "${SHAPE:-llama3.2-1b}" \
+        --type Q8_0 -o "$model" > /dev/null || return 1
+    local variants=${VARIANTS:-"base:kakeya-base: new:kakeya:"} r v name
+    for r in $(seq 1 "${ROUNDS:-4}"); do
+        for v in $variants; do
+            name=${v%%:*}
+            variant "$v" bench -m "$model" --backend vulkan \
+                --bandwidth "${BANDWIDTH:-4800}" \
+                > "$out/bench-$name-$r.json" 2> "$out/bench-$name-$r.err"
+            summary "$out/bench-$name-$r.json" "$name round $r"
+        done
+    done
+    for v in ${PROFILE:-}; do
+        name=${v%%:*}
+        KAKEYA_VK_PROFILE=1 variant "$v" bench -m "$model" --backend vulkan \
+            --quick > /dev/null 2> "$out/profile-$name.err"
+        echo "== $name"
+        grep -E "^  [a-z]" "$out/profile-$name.err" | grep -v "host\|stats"
+    done
+    tar -C "$out" --exclude=all.tgz -czf /tmp/gpu-ab-all.tgz . &&
+        mv /tmp/gpu-ab-all.tgz "$out/all.tgz" &&
+        find "$out" -type f ! -name all.tgz -delete
+}
+
+case ${1:-} in
+pack) shift; pack "$@" ;;
+run) run ;;
+*) echo "usage: tools/gpu-ab.sh pack [REV] | run (see the script's head)" >&2
+   exit 2 ;;
+esac
