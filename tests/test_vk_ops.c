@@ -1055,10 +1055,64 @@ static void attention_on_device(const char *shader,
 static const char *const attention_shaders[] = {"attention", "attention_cpu"};
 enum { N_ATTENTION_SHADERS = 2 };
 
-/* Attention shader `shader` against the CPU formula in double. */
-static void check_attention_shader(const char *shader,
-                                   const struct attention_case *c,
-                                   bool in_place)
+/* The CPU formula in double, reading rows through kv.h: for query row t,
+ * head h, value d at i = (t n_head + h) head_dim + d, want[i] and the
+ * weighted magnitude mag[i] its tolerance scales with. */
+static void attention_on_cpu(const struct attention_case *c,
+                             const struct kv_cache *kv, const float *q,
+                             double *want, double *mag)
+{
+    const struct kv_layer *L = &kv->layers[0];
+    const int hd = c->head_dim, pos0 = c->n_past;
+    const int group = c->n_head / c->n_head_kv;
+    const float scale = attention_scale(hd);
+    double *w = malloc((size_t)c->n_ctx * sizeof *w);
+    float *row = malloc((size_t)hd * sizeof *row);
+    for (int t = 0; t < c->n; t++) {
+        const int p = pos0 + t;
+        int sink_end, lo;
+        kv_visible(L, c->model_window, p, &sink_end, &lo);
+        for (int h = 0; h < c->n_head; h++) {
+            const int g = h / group;
+            const size_t at = ((size_t)t * c->n_head + h) * hd;
+            double max = -INFINITY, sum = 0;
+            for (int k = 0; k <= p; k++) {
+                w[k] = NAN;
+                if (k >= sink_end && k < lo)
+                    continue;
+                kv_load_head(kv, kv_key_row(kv, 0, k), g * hd, row);
+                double dot = 0;
+                for (int d = 0; d < hd; d++)
+                    dot += (double)q[at + d] * row[d];
+                w[k] = dot * scale;
+                max = w[k] > max ? w[k] : max;
+            }
+            for (int d = 0; d < hd; d++)
+                want[at + d] = mag[at + d] = 0;
+            for (int k = 0; k <= p; k++) {
+                if (isnan(w[k]))
+                    continue;
+                double e = exp(w[k] - max);
+                sum += e;
+                kv_load_head(kv, kv_value_row(kv, 0, k), g * hd, row);
+                for (int d = 0; d < hd; d++) {
+                    want[at + d] += e * row[d];
+                    mag[at + d] += e * fabs(row[d]);
+                }
+            }
+            for (int d = 0; d < hd; d++) {
+                want[at + d] /= sum;
+                mag[at + d] /= sum;
+            }
+        }
+    }
+    free(w);
+    free(row);
+}
+
+/* Both shaders against the CPU formula; a full cache's batch both staged
+ * and in its slots. */
+static void check_attention(const struct attention_case *c)
 {
     const int hd = c->head_dim, n_pos = c->n_past + c->n;
     const size_t kv_dim = (size_t)c->n_head_kv * hd;
@@ -1071,79 +1125,32 @@ static void check_attention_shader(const char *shader,
     const size_t nq = (size_t)c->n * c->n_head * hd;
     float *q = random_floats(nq, -1.0f, 1.0f, &s);
     float *got = malloc(nq * sizeof *got);
-    const float scale = attention_scale(hd);
-    attention_on_device(shader, c, kv, pos0, c->n, q, in_place, got);
-
-    /* The CPU formula in double, reading rows through kv.h. */
-    const int n_ctx = c->n_ctx;
-    double *w = malloc((size_t)n_ctx * sizeof *w);
-    float *row = malloc((size_t)hd * sizeof *row);
-    double *out = malloc((size_t)hd * sizeof *out);
-    double *mag = malloc((size_t)hd * sizeof *mag);
-    const int group = c->n_head / c->n_head_kv;
-    for (int t = 0; t < c->n; t++) {
-        const int p = pos0 + t;
-        int sink_end, lo;
-        kv_visible(L, c->model_window, p, &sink_end, &lo);
-        for (int h = 0; h < c->n_head; h++) {
-            const int g = h / group;
-            const float *qh = q + ((size_t)t * c->n_head + h) * hd;
-            double max = -INFINITY, sum = 0;
-            for (int k = 0; k <= p; k++) {
-                w[k] = NAN;
-                if (k >= sink_end && k < lo)
-                    continue;
-                kv_load_head(kv, kv_key_row(kv, 0, k), g * hd, row);
-                double dot = 0;
-                for (int d = 0; d < hd; d++)
-                    dot += (double)qh[d] * row[d];
-                w[k] = dot * scale;
-                max = w[k] > max ? w[k] : max;
-            }
-            for (int d = 0; d < hd; d++)
-                out[d] = mag[d] = 0;
-            for (int k = 0; k <= p; k++) {
-                if (isnan(w[k]))
-                    continue;
-                double e = exp(w[k] - max);
-                sum += e;
-                kv_load_head(kv, kv_value_row(kv, 0, k), g * hd, row);
-                for (int d = 0; d < hd; d++) {
-                    out[d] += e * row[d];
-                    mag[d] += e * fabs(row[d]);
-                }
-            }
-            for (int d = 0; d < hd; d++) {
-                double want = out[d] / sum, m = mag[d] / sum;
-                double gv = got[((size_t)t * c->n_head + h) * hd + d];
-                if (!(fabs(gv - want) <= 1e-4 * m + 1e-7))
-                    fail_msg("%s %s %s%s, head_dim %d, pos0 %d: "
-                             "out[%d][%d][%d] = %.9g, want %.9g", shader,
-                             kv_type_name(kv->type), kv_policy_name(L->policy),
-                             in_place ? " in place" : "", hd, pos0, t, h, d,
-                             gv, want);
-            }
-        }
+    double *want = malloc(nq * sizeof *want), *mag = malloc(nq * sizeof *mag);
+    attention_on_cpu(c, kv, q, want, mag);
+    const bool full = c->sliding == 0 && c->sink_window == 0;
+    const size_t hz = (size_t)hd, heads = (size_t)c->n_head;
+    for (int i = 0; i < 2 * N_ATTENTION_SHADERS; i++) {
+        const char *shader = attention_shaders[i / 2];
+        const bool in_place = i % 2;
+        if (in_place && !full)
+            continue;
+        attention_on_device(shader, c, kv, pos0, c->n, q, in_place, got);
+        for (size_t j = 0; j < nq; j++)
+            if (!(fabs(got[j] - want[j]) <= 1e-4 * mag[j] + 1e-7))
+                fail_msg("%s %s %s%s, head_dim %d, pos0 %d: out[%zu][%zu]"
+                         "[%zu] = %.9g, want %.9g", shader,
+                         kv_type_name(kv->type), kv_policy_name(L->policy),
+                         in_place ? " in place" : "", hd, pos0,
+                         j / (heads * hz), j / hz % heads, j % hz, got[j],
+                         want[j]);
     }
     free(kin);
     free(vin);
     free(q);
     free(got);
-    free(w);
-    free(row);
-    free(out);
+    free(want);
     free(mag);
     kv_free(kv);
-}
-
-/* Both shaders; a full cache's batch both staged and in its slots. */
-static void check_attention(const struct attention_case *c)
-{
-    for (int i = 0; i < N_ATTENTION_SHADERS; i++) {
-        check_attention_shader(attention_shaders[i], c, false);
-        if (c->sliding == 0 && c->sink_window == 0)
-            check_attention_shader(attention_shaders[i], c, true);
-    }
 }
 
 static void test_attention_full_cache_matches_cpu(void **state)
