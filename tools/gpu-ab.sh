@@ -30,6 +30,7 @@
 # and verify times for L = 1, 2, 4, 8, 16.
 set -u
 cd "$(dirname "$0")/.."
+. tools/gpu-common.sh
 KIT=.gpu-ab
 
 pack() {
@@ -52,11 +53,7 @@ pack() {
     git worktree remove --force "$scratch/tree"
     rm -rf "$scratch"
     strip "$KIT"/bin/*
-    # The libraries, as tools/gpu-kit.sh packs them.
-    ldd build/kakeya build/tests/test_vk_ops | awk '/=> \//{print $3}' | sort -u |
-        grep -vE '/(libc|libm|libpthread|libdl|librt|ld-linux[^/]*)\.so' |
-        while read -r lib; do cp -L "$lib" "$KIT/lib/"; done
-    cp -L "$(ldconfig -p | awk '/libvulkan.so.1 .*x86-64/{print $NF; exit}')" "$KIT/lib/"
+    gpu_pack_libs "$KIT/lib" build/kakeya build/tests/test_vk_ops
     tar -C "$KIT" -cJf "$KIT/kit.tar.xz" bin lib && rm -rf "$KIT/bin" "$KIT/lib"
     du -sh "$KIT"
 }
@@ -92,12 +89,7 @@ run() {
     mkdir -p "$out" /tmp/kk-ab
     tar -C /tmp/kk-ab -xJf "$KIT/kit.tar.xz" || return 1
     export LD_LIBRARY_PATH=/tmp/kk-ab/lib
-    if [ -z "${VK_ICD_FILENAMES:-}${VK_DRIVER_FILES:-}" ] &&
-       ldconfig -p | grep -q libEGL_nvidia.so.0; then
-        printf '{"file_format_version": "1.0.0", "ICD": {"library_path": "%s", "api_version": "1.3.0"}}\n' \
-            libEGL_nvidia.so.0 > /tmp/kk_nvidia_icd.json
-        export VK_ICD_FILENAMES=/tmp/kk_nvidia_icd.json
-    fi
+    gpu_use_nvidia_icd
     if [ -n "${TESTS:-}" ]; then
         /tmp/kk-ab/bin/test_vk_ops > "$out/test_vk_ops.txt" 2>&1
         echo "test_vk_ops rc=$?: $(tail -n 1 "$out/test_vk_ops.txt")"

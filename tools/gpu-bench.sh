@@ -32,6 +32,7 @@
 # the rest still run, so one call gives everything there is to give.
 set -u
 cd "$(dirname "$0")/.."
+. tools/gpu-common.sh
 OUT=${OUT:-build/gpu-bench}
 BW=${BANDWIDTH:-}
 MODELS=${KK_GPU_MODELS:-"smollm2-360m llama3.2-1b"}
@@ -49,12 +50,7 @@ else
         build/tests/test_vk_ops || exit 1
     K=build/kakeya T=build/tests/test_vulkan O=build/tests/test_vk_ops
 fi
-if [ -z "${VK_ICD_FILENAMES:-}${VK_DRIVER_FILES:-}" ] &&
-   ldconfig -p | grep -q libEGL_nvidia.so.0; then
-    printf '{"file_format_version": "1.0.0", "ICD": {"library_path": "%s", "api_version": "1.3.0"}}\n' \
-        libEGL_nvidia.so.0 > /tmp/kk_nvidia_icd.json
-    export VK_ICD_FILENAMES=/tmp/kk_nvidia_icd.json
-fi
+gpu_use_nvidia_icd
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv \
     > "$OUT/gpu.txt" 2>&1 || true
 

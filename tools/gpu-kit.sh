@@ -13,6 +13,7 @@
 #                family, every weight type the GPU kernels read)
 set -euo pipefail
 cd "$(dirname "$0")/.."
+. tools/gpu-common.sh
 SHARED=${KK_SHARED:-../shared}
 GOLDEN=${KK_GPU_GOLDEN:-"llama256-Q8_0 llama256-Q4_0 llama256-Q4_K_M \
 llama256-Q6_K llama256-Q5_0 llama256-F16 llama256-BF16"}
@@ -25,12 +26,7 @@ rm -rf .gpu && mkdir -p .gpu/lib .gpu/shared/golden/models
 cp build/kakeya build/tests/test_vulkan build/tests/test_vk_ops .gpu/
 strip .gpu/kakeya .gpu/test_vulkan .gpu/test_vk_ops
 
-# Every library the binaries load but the C runtime itself (the GPU
-# machine's glibc is newer than ours, which is all that needs).
-ldd build/kakeya build/tests/test_vulkan build/tests/test_vk_ops | awk '/=> \//{print $3}' | sort -u |
-    grep -vE '/(libc|libm|libpthread|libdl|librt|ld-linux[^/]*)\.so' |
-    while read -r lib; do cp -L "$lib" .gpu/lib/; done
-cp -L "$(ldconfig -p | awk '/libvulkan.so.1 .*x86-64/{print $NF; exit}')" .gpu/lib/
+gpu_pack_libs .gpu/lib build/kakeya build/tests/test_vulkan build/tests/test_vk_ops
 tar -C .gpu -cJf .gpu/lib.tar.xz lib && rm -rf .gpu/lib
 
 for m in $GOLDEN; do
