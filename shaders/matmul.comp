@@ -75,6 +75,21 @@
  * 2.12 ms against 2.30); the 8-token form does not: folded, verifying 8
  * tokens took 4.28 ms against 3.14 with the norm a dispatch of its own.
  *
+ * With -DMM_DECODE (matmul_dec_<t>, matmul_dec_norm_<t>: one token, on
+ * devices whose subgroups are 32 wide) a subgroup plays a whole team of 64:
+ * invocation i takes the groups of lanes i and i + 32, in two sums, and
+ * the team's total is the two subgroupAdds in order, so a token gets the
+ * bits every other form gives it. Its subgroups work alone (no shared
+ * memory, no barrier after the norm's scales), each on row sets of its own
+ * in turn over a grid the host caps, so that the norm's scales are found
+ * once per workgroup rather than once per 8 rows, and each subgroup has 16
+ * groups' loads in flight (Q8_0: loaded as bytes, all before any is
+ * decoded). Measured on the H200 (1B shape, Q8_0): the output matrix
+ * (128,256 rows) 125 us against 229 in matmul_one_norm; but the layers'
+ * matrices were slower than in the one-token forms (ffn down, 8,192 wide
+ * and 512 row sets, 15.6 us against 11.2), so the host gives this form
+ * only matrices of many rows (VK_DECODE_MIN_ROWS).
+ *
  * With -DMM_ROWWISE (matmul_rows_<t>) each invocation computes one whole
  * row (MM_GATED: a row of both) instead, for CPU-backed devices, whose
  * invocations are SIMD lanes: there, 64 cooperating threads on a few rows
@@ -206,27 +221,38 @@ uint row_form()
     return (pc.row_bytes & 15u) == 0u ? 0u : (pc.row_bytes & 3u) == 0u ? 1u
                                                                        : 2u;
 }
-void group_values(uint form, uint m, uint off, uint gi, out vec4 v[RUNS])
+/* The group's bytes as loaded (quants q, the scale's f16 bits d), and its
+ * values from them: two steps, so that a form can load many groups before
+ * it decodes any (MM_DECODE). */
+#define HAS_RAW 1
+void raw_group(uint form, uint m, uint off, uint gi, out uvec4 q, out uint d)
 {
     uint bd = off + pc.n_cols + 2u * (gi >> 1u);
-    float d = kk_f16_to_f32(KK_U16(WM, bd));
-    uint q[4];
+    d = KK_U16(WM, bd);
     if (form == 0u) {
-        uvec4 p = W4[m].w4[(off >> 4u) + gi];
-        q[0] = p.x;
-        q[1] = p.y;
-        q[2] = p.z;
-        q[3] = p.w;
+        q = W4[m].w4[(off >> 4u) + gi];
     } else if (form == 1u) {
-        [[unroll]] for (uint k = 0u; k < 4u; k++)
-            q[k] = WM[(off >> 2u) + 4u * gi + k];
+        const uint w0 = (off >> 2u) + 4u * gi;
+        q = uvec4(WM[w0], WM[w0 + 1u], WM[w0 + 2u], WM[w0 + 3u]);
     } else {
-        uint bq = off + 16u * gi;
-        KK_LOAD_WORDS(WM, bq, q, 4u);
+        uint bq = off + 16u * gi, words[4];
+        KK_LOAD_WORDS(WM, bq, words, 4u);
+        q = uvec4(words[0], words[1], words[2], words[3]);
     }
+}
+void raw_values(uvec4 q, uint dbits, out vec4 v[RUNS])
+{
+    float d = kk_f16_to_f32(dbits);
     [[unroll]] for (uint r = 0u; r < RUNS; r++)
         v[r] = vec4(kk_sbyte(q[r], 0u), kk_sbyte(q[r], 1u),
                     kk_sbyte(q[r], 2u), kk_sbyte(q[r], 3u)) * d;
+}
+void group_values(uint form, uint m, uint off, uint gi, out vec4 v[RUNS])
+{
+    uvec4 q;
+    uint d;
+    raw_group(form, m, off, gi, q, d);
+    raw_values(q, d, v);
 }
 
 #elif defined(WTYPE_Q4_0)
@@ -515,7 +541,145 @@ void store_gated(uint r, uint t, float gate, float up)
     F(8u) F(9u) F(10u) F(11u) F(12u) F(13u) F(14u) F(15u)
 
 
-#ifdef MM_ROWWISE
+#if defined(MM_DECODE)
+
+#if MM_NS != 4 || MM_NT != 1
+#error "matmul.comp: MM_DECODE is one token in 4 slots"
+#endif
+#define SLOTS(F) F(0u) F(1u) F(2u) F(3u)
+#define DEC_SG 32u     /* the subgroup width this form is for */
+#define DEC_CHUNK 4u   /* groups per slot whose loads go together */
+
+/* Where a row set's slots read: matrix and byte offset of the row. */
+struct slots {
+    uint mat[MM_SLOTS], off[MM_SLOTS];
+};
+
+/* Row sets (of `per` rows) in the dispatch: through the last matrix. */
+uint n_sets(uint per)
+{
+    uint total = 0u;
+    [[unroll]] for (uint m = 0u; m < 3u; m++)
+        if (pc.start[m] != ~0u)
+            total = pc.start[m] + (pc.n_rows[m] + per - 1u) / per;
+    return total;
+}
+
+/* Step i of a chunk: group gi = i0 + 32 i of every slot's row, summed into
+ * a (lane i0, even i) or b (lane i0 + 32, odd i); a group past the row's end
+ * loads the last one again and is not summed (a select after the loads). */
+#define DEC_LOAD(s) values(form, sl.mat[s], sl.off[s], gi, v[s]);
+#define DEC_SUM(s)                                                           \
+    {                                                                        \
+        const float p = group_dot(v[s], xv);                                 \
+        if ((i & 1u) == 0u)                                                  \
+            a[s] = has ? a[s] + p : a[s];                                    \
+        else                                                                 \
+            b[s] = has ? b[s] + p : b[s];                                    \
+    }
+#define DEC_STEP(i_)                                                         \
+    {                                                                        \
+        const uint i = (i_);                                                 \
+        const uint g = lane + DEC_SG * (k0 + i);                             \
+        const bool has = g < ng;                                             \
+        const uint gi = min(g, ng - 1u);                                     \
+        vec4 v[MM_SLOTS][RUNS];                                              \
+        SLOTS(DEC_LOAD)                                                      \
+        vec4 xv[RUNS];                                                       \
+        [[unroll]] for (uint r = 0u; r < RUNS; r++)                          \
+            xv[r] = load_x4(0u, run_col(gi, r));                             \
+        SLOTS(DEC_SUM)                                                       \
+    }
+
+/* One row set's sums: lane `lane`'s groups and lane + 32's, each in order
+ * (group gi = lane + 32 k: even k is lane's, odd k lane + 32's). */
+void set_sums(const uint form, slots sl, uint lane, out float a[MM_SLOTS],
+              out float b[MM_SLOTS])
+{
+    const uint ng = n_groups();
+    [[unroll]] for (uint s = 0u; s < MM_SLOTS; s++) {
+        a[s] = 0.0;
+        b[s] = 0.0;
+    }
+    for (uint k0 = 0u; DEC_SG * k0 < ng; k0 += DEC_CHUNK) {
+#ifdef HAS_RAW
+        /* every load of the chunk first, as loaded, then the sums: the
+         * compiler otherwise waits for each step's loads in turn */
+        uvec4 q[DEC_CHUNK * MM_SLOTS];
+        uint d[DEC_CHUNK * MM_SLOTS];
+        [[unroll]] for (uint i = 0u; i < DEC_CHUNK; i++) {
+            const uint gi = min(lane + DEC_SG * (k0 + i), ng - 1u);
+            [[unroll]] for (uint s = 0u; s < MM_SLOTS; s++)
+                raw_group(form, sl.mat[s], sl.off[s], gi, q[i * MM_SLOTS + s],
+                          d[i * MM_SLOTS + s]);
+        }
+        [[unroll]] for (uint i = 0u; i < DEC_CHUNK; i++) {
+            const uint g = lane + DEC_SG * (k0 + i);
+            const bool has = g < ng;
+            const uint gi = min(g, ng - 1u);
+            vec4 xv[RUNS];
+            [[unroll]] for (uint r = 0u; r < RUNS; r++)
+                xv[r] = load_x4(0u, run_col(gi, r));
+            [[unroll]] for (uint s = 0u; s < MM_SLOTS; s++) {
+                vec4 v[RUNS];
+                raw_values(q[i * MM_SLOTS + s], d[i * MM_SLOTS + s], v);
+                const float p = group_dot(v, xv);
+                if ((i & 1u) == 0u)
+                    a[s] = has ? a[s] + p : a[s];
+                else
+                    b[s] = has ? b[s] + p : b[s];
+            }
+        }
+#else
+        DEC_STEP(0u) DEC_STEP(1u) DEC_STEP(2u) DEC_STEP(3u)
+#endif
+    }
+}
+
+/* Each subgroup: its row sets in turn, then each slot's total and its
+ * store by one lane. No barrier after norm_scales: subgroups part ways. */
+void main()
+{
+    const uint lane = gl_SubgroupInvocationID;
+    const bool gated = pc.mode == MM_GATED;
+    const uint per = gated ? MM_SLOTS / 2u : MM_SLOTS;
+    const uint total = n_sets(per);
+    norm_scales(0u, 1u);   /* the whole workgroup, before any leaves */
+    const uint stride = gl_NumWorkGroups.x * gl_NumSubgroups;
+    for (uint set = gl_WorkGroupID.x * gl_NumSubgroups + gl_SubgroupID;
+         set < total; set += stride) {
+        const uint m = matrix_of(set);
+        const uint r0 = (set - pc.start[m]) * per, rows = pc.n_rows[m];
+        slots sl;
+        [[unroll]] for (uint s = 0u; s < MM_SLOTS; s++) {
+            const uint r = gated ? r0 + s / 2u : r0 + s;
+            sl.mat[s] = gated ? s % 2u : m;
+            sl.off[s] = min(r, rows - 1u) * pc.row_bytes;
+        }
+        float a[MM_SLOTS], b[MM_SLOTS], sum[MM_SLOTS];
+        const uint form = row_form();
+        if (form == 0u)
+            set_sums(0u, sl, lane, a, b);
+        else if (form == 1u)
+            set_sums(1u, sl, lane, a, b);
+        else
+            set_sums(2u, sl, lane, a, b);
+        [[unroll]] for (uint s = 0u; s < MM_SLOTS; s++)
+            sum[s] = subgroupAdd(a[s]) + subgroupAdd(b[s]);
+        [[unroll]] for (uint s = 0u; s < MM_SLOTS; s++) {
+            if (lane != s)
+                continue;
+            if (!gated) {
+                if (r0 + s < rows)
+                    store_sum(m, r0 + s, 0u, sum[s]);
+            } else if (s % 2u == 0u && r0 + s / 2u < rows) {
+                store_gated(r0 + s / 2u, 0u, sum[s], sum[s + 1u]);
+            }
+        }
+    }
+}
+
+#elif defined(MM_ROWWISE)
 
 /* acc[s * MM_TOKENS + t]: slot s (the row; MM_GATED: 0 gate, 1 up). */
 float acc[2u * MM_TOKENS];

@@ -70,6 +70,10 @@ struct vk_backend {
     /* The forms with the norm folded in, where has_norm_form says. */
     bool has_norm_form[N_GPU_FORMS];
     struct vk_pipeline matmul_norm[N_GPU_FORMS][N_MATMUL];
+    /* The decode forms, plain and with the norm folded in, where the
+     * device's subgroups are their width (has_decode_form). */
+    bool has_decode_form;
+    struct vk_pipeline matmul_dec[2][N_MATMUL];
     struct vk_pipeline rmsnorm, rope, add, gated_act, kv_store, rope_kv_store,
         attention;
     /* Host data of the pass being recorded (upload_alloc). The GPU may read
@@ -238,6 +242,14 @@ static int make_pipelines(struct vk_backend *be, struct kk_error *err)
             return -1;
         be->has_norm_form[f] = norm != NULL;
     }
+    be->has_decode_form = !rowwise && vk_device_subgroup_size(be->dev) ==
+                                          VK_DECODE_SUBGROUP;
+    if (be->has_decode_form &&
+        (make_matmul_pipelines(be, VK_MATMUL_DECODE_PREFIX, be->matmul_dec[0],
+                               err) ||
+         make_matmul_pipelines(be, VK_MATMUL_DECODE_NORM_PREFIX,
+                               be->matmul_dec[1], err)))
+        return -1;
     return make_pipeline(be, "rmsnorm", 3, sizeof(struct vk_push_rmsnorm),
                          &be->rmsnorm, err) ||
            make_pipeline(be, "rope", 2, sizeof(struct vk_push_rope),
@@ -353,6 +365,9 @@ static void vkb_free(struct backend *base)
             vk_pipeline_free(be->dev, &be->matmul[f][i]);
             vk_pipeline_free(be->dev, &be->matmul_norm[f][i]);
         }
+    for (int k = 0; k < 2; k++)
+        for (int i = 0; i < N_MATMUL; i++)
+            vk_pipeline_free(be->dev, &be->matmul_dec[k][i]);
     vk_model_free(be->dev, be->weights);
     vk_device_close(be->dev);
     free(be);
@@ -602,6 +617,15 @@ static const struct be_tensor *matmul_input(struct vk_backend *be,
     return norm->out;
 }
 
+/* Workgroups for the decode form's `sets` row sets: one set per subgroup,
+ * up to VK_DECODE_MAX_WORKGROUPS, past which subgroups take several in
+ * turn (and the workgroups' norm prologues are fewer). */
+static uint32_t decode_workgroups(uint32_t sets)
+{
+    uint32_t wgs = (sets + VK_DECODE_SUBGROUPS - 1) / VK_DECODE_SUBGROUPS;
+    return wgs < VK_DECODE_MAX_WORKGROUPS ? wgs : VK_DECODE_MAX_WORKGROUPS;
+}
+
 /* Records one matmul dispatch over `count` matrices of one type and width
  * (vk_shaders.h): y[m] = w[m] · x (MM_STORE), y[0] += w[0] · x (MM_ADD),
  * or y[0] = act(w[0] · x) * (w[1] · x) (MM_GATED), x normed first by the
@@ -618,8 +642,11 @@ static void record_matmul(struct vk_backend *be, uint32_t mode, int count,
                                 .n_tokens = (uint32_t)n, .mode = mode,
                                 .use_gelu = use_gelu,
                                 .eps = norm ? norm->eps : 0.0f};
-    const int teams = norm ? vk_matmul_forms[form].norm_teams
-                           : vk_matmul_forms[form].teams;
+    const bool decode = be->has_decode_form && n == 1 &&
+                        w[0]->n_rows >= VK_DECODE_MIN_ROWS;
+    const int teams = decode ? 1
+                      : norm ? vk_matmul_forms[form].norm_teams
+                             : vk_matmul_forms[form].teams;
     const uint32_t per =
         be->matmul_rowwise ? MM_ROWWISE_ROWS
                            : (uint32_t)teams *
@@ -649,6 +676,11 @@ static void record_matmul(struct vk_backend *be, uint32_t mode, int count,
     if (norm && !(bufs[2 * MM_MAX_MATS + 1] =
                       vk_model_find(be->weights, norm->weight))) {
         pass_fail(be, "internal: a norm vector is not on the GPU");
+        return;
+    }
+    if (decode) {
+        dispatch(be, &be->matmul_dec[norm != NULL][mi], bufs, &pc,
+                 decode_workgroups(groups), 1, 1);
         return;
     }
     /* Row groups past the device's grid limit (a 256k-token vocabulary)

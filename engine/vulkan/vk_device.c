@@ -65,9 +65,10 @@ struct vk_block {
 
 /* Per-dispatch GPU times (KAKEYA_VK_PROFILE): a timestamp after each
  * dispatch or copy of a recording; the time between two is charged to the
- * second's name. */
+ * second's name and workgroup count (a pipeline serves matrices of several
+ * shapes, and which of them costs what is the question a profile asks). */
 #define VK_PROFILE_STAMPS 4096
-#define VK_PROFILE_ROWS 48
+#define VK_PROFILE_ROWS 160
 /* The driver's recording calls timed on the host. */
 enum { CALL_BIND, CALL_DESCRIPTORS, CALL_PUSH, CALL_DISPATCH, CALL_BARRIER,
        CALL_END, CALL_SUBMIT, N_CALLS };
@@ -80,6 +81,7 @@ struct vk_profile {
     double ns_per_tick;
     int n;                                   /* stamps this recording */
     const char *what[VK_PROFILE_STAMPS];     /* what ended at stamp i */
+    uint32_t groups[VK_PROFILE_STAMPS];      /* its workgroups (x z), or 0 */
     struct {
         char name[64];     /* a copy: pipelines may go before the device */
         double ms;
@@ -128,6 +130,7 @@ struct vk_device {
 
     VkPhysicalDevice phys;
     VkPhysicalDeviceProperties props;
+    uint32_t fixed_subgroup_size;   /* fixed_subgroup_size() */
     VkPhysicalDeviceMemoryProperties mem_props;
     VkDevice device;
     uint32_t queue_family;
@@ -353,6 +356,35 @@ static bool has_extension(const struct vk_device *d, VkPhysicalDevice pd,
             found = !strcmp(ext[i].extensionName, name);
     free(ext);
     return found;
+}
+
+/* The chosen device's subgroup width where every compute shader gets
+ * that width, else 0: where Vulkan 1.3's subgroup size control lets the
+ * driver pick a width per shader (minSubgroupSize < maxSubgroupSize), a
+ * shader cannot count on the width the device reports. */
+static uint32_t fixed_subgroup_size(const struct vk_device *d)
+{
+    VkPhysicalDeviceSubgroupSizeControlProperties control = {
+        .sType =
+            VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SUBGROUP_SIZE_CONTROL_PROPERTIES,
+    };
+    VkPhysicalDeviceSubgroupProperties sub = {
+        .sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SUBGROUP_PROPERTIES,
+    };
+    if (!d->fn.vkGetPhysicalDeviceProperties2)
+        return 0;
+    const bool ask_control = d->props.apiVersion >= VK_API_VERSION_1_3 &&
+                             d->instance_api >= VK_API_VERSION_1_3;
+    if (ask_control)
+        sub.pNext = &control;
+    VkPhysicalDeviceProperties2 p2 = {
+        .sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_PROPERTIES_2,
+        .pNext = &sub,
+    };
+    d->fn.vkGetPhysicalDeviceProperties2(d->phys, &p2);
+    if (ask_control && control.minSubgroupSize != control.maxSubgroupSize)
+        return 0;
+    return sub.subgroupSize;
 }
 
 /* Fills info for pd and says which queue family computes (UINT32_MAX:
@@ -714,6 +746,7 @@ int vk_device_open(int index, struct vk_device **out, struct kk_error *err)
     d->queue_family = families[chosen];
     d->fn.vkGetPhysicalDeviceProperties(d->phys, &d->props);
     d->fn.vkGetPhysicalDeviceMemoryProperties(d->phys, &d->mem_props);
+    d->fixed_subgroup_size = fixed_subgroup_size(d);
     rc = device_create(d, err);
 done:
     free(pds);
@@ -796,13 +829,15 @@ static void profile_call(struct vk_device *d, int k, struct timespec *t0)
     *t0 = t;
 }
 
-static void profile_stamp(struct vk_device *d, const char *what)
+static void profile_stamp(struct vk_device *d, const char *what,
+                          uint32_t groups)
 {
     struct vk_profile *p = d->profile;
     if (!p || p->is_host_only || p->n >= VK_PROFILE_STAMPS)
         return;
     d->fn.vkCmdWriteTimestamp(d->cmd, VK_PIPELINE_STAGE_BOTTOM_OF_PIPE_BIT,
                               p->pool, (uint32_t)p->n);
+    p->groups[p->n] = groups;
     p->what[p->n++] = what;
 }
 
@@ -817,11 +852,17 @@ static void profile_begin(struct vk_device *d)
         return;
     d->fn.vkCmdResetQueryPool(d->cmd, p->pool, 0, VK_PROFILE_STAMPS);
     p->n = 0;
-    profile_stamp(d, "start");
+    profile_stamp(d, "start", 0);
 }
 
-static void profile_charge(struct vk_profile *p, const char *name, double ms)
+static void profile_charge(struct vk_profile *p, const char *what,
+                           uint32_t groups, double ms)
 {
+    char name[sizeof p->rows[0].name];
+    if (groups)
+        snprintf(name, sizeof name, "%s [%u]", what, (unsigned)groups);
+    else
+        snprintf(name, sizeof name, "%s", what);
     int i = 0;
     while (i < p->n_rows && strcmp(p->rows[i].name, name) != 0)
         i++;
@@ -857,7 +898,7 @@ static void profile_end(struct vk_device *d)
                                         VK_QUERY_RESULT_WAIT_BIT) != VK_SUCCESS)
         return;
     for (int i = 1; i < p->n; i++)
-        profile_charge(p, p->what[i],
+        profile_charge(p, p->what[i], p->groups[i],
                        (double)(ts[i] - ts[i - 1]) * p->ns_per_tick / 1e6);
 }
 
@@ -1109,7 +1150,7 @@ static void profile_close(struct vk_device *d)
                 (p->record_ms - t->dispatch_ms - t->copy_ms - t->chunk_ms) /
                     p->passes);
         for (int i = 0; i < p->n_rows; i++)
-            fprintf(stderr, "  %-22s %8ld x %9.2f us = %8.3f ms/recording\n",
+            fprintf(stderr, "  %-34s %8ld x %9.2f us = %8.3f ms/recording\n",
                     p->rows[i].name, p->rows[i].count,
                     1e3 * p->rows[i].ms / p->rows[i].count,
                     p->rows[i].ms / p->passes);
@@ -1174,6 +1215,11 @@ VkDevice vk_device_handle(const struct vk_device *d)
 bool vk_device_is_cpu(const struct vk_device *d)
 {
     return d->props.deviceType == VK_PHYSICAL_DEVICE_TYPE_CPU;
+}
+
+uint32_t vk_device_subgroup_size(const struct vk_device *d)
+{
+    return d->fixed_subgroup_size;
 }
 
 uint32_t vk_device_max_groups_x(const struct vk_device *d)
@@ -1803,7 +1849,7 @@ static VkResult chunk_begin(struct vk_device *d)
     /* GPU time from the previous chunk's last command to here: the GPU
      * waiting for this chunk when the host records slower than it runs. */
     if (d->n_submitted > 0)
-        profile_stamp(d, "(between chunks)");
+        profile_stamp(d, "(between chunks)", 0);
     return VK_SUCCESS;
 }
 
@@ -1983,7 +2029,7 @@ static bool record_dispatch(struct vk_device *d, const struct vk_pipeline *p,
     profile_call(d, CALL_DISPATCH, &t0);
     barrier(d, d->cmd, STAGES_WORK, WRITES_WORK, STAGES_WORK, ACCESS_WORK);
     profile_call(d, CALL_BARRIER, &t0);
-    profile_stamp(d, p->name[0] ? p->name : "dispatch");
+    profile_stamp(d, p->name[0] ? p->name : "dispatch", groups_x * groups_z);
     return true;
 }
 
@@ -2035,7 +2081,7 @@ static bool copy_command(struct vk_device *d, const struct vk_buffer *src,
     VkBufferCopy region = {.srcOffset = src_offset, .dstOffset = dst_offset,
                            .size = bytes};
     d->fn.vkCmdCopyBuffer(d->cmd, src->buf, dst->buf, 1, &region);
-    profile_stamp(d, "copy");
+    profile_stamp(d, "copy", 0);
     return true;
 }
 

@@ -124,6 +124,9 @@ VkDevice vk_device_handle(const struct vk_device *d);
 /* Whether the device is a CPU in disguise (lavapipe): shaders that run
  * well on a GPU's many threads may have a better form for it. */
 bool vk_device_is_cpu(const struct vk_device *d);
+/* The width of every compute shader's subgroups, or 0 where the driver
+ * may pick different widths for different shaders. */
+uint32_t vk_device_subgroup_size(const struct vk_device *d);
 /* The limits a caller sizes dispatches by. */
 uint32_t vk_device_max_groups_x(const struct vk_device *d);
 uint64_t vk_device_max_buffer_range(const struct vk_device *d);

@@ -94,6 +94,26 @@ struct vk_matmul_form {
 enum { VK_MATMUL_FORMS = 4 };
 extern const struct vk_matmul_form vk_matmul_forms[VK_MATMUL_FORMS];
 
+/* The decode forms for devices whose subgroups are all VK_DECODE_SUBGROUP
+ * wide (vk_device_subgroup_size): matmul_dec_<t> and matmul_dec_norm_<t>,
+ * one token, the bits of every other GPU form. A workgroup is
+ * VK_DECODE_SUBGROUPS subgroups, each taking row sets of MM_SLOTS rows
+ * (MM_GATED: MM_SLOTS / 2 of both), numbered as the groups above, in turn:
+ * set k, k + stride, ... with stride = groups_x x VK_DECODE_SUBGROUPS, so
+ * groups_x may be anything from 1 (no z). */
+#define VK_MATMUL_DECODE_PREFIX "dec_"
+#define VK_MATMUL_DECODE_NORM_PREFIX "dec_norm_"
+enum { VK_DECODE_SUBGROUP = 32, VK_DECODE_SUBGROUPS = 4 };
+/* The decode forms pay only on matrices of many rows (the output's
+ * vocabulary): measured on the H200 (1B shape, Q8_0), the output matrix's
+ * product took 125 us against 229 in matmul_one_norm, but the layers'
+ * matrices (512 to 8,192 rows) were slower: ffn down 15.6 us against
+ * 11.2, gate and up 23.8 against ~20. */
+enum { VK_DECODE_MIN_ROWS = 16384 };
+/* The grid's cap: the output matrix (32,064 row sets) took 125 us in 1,024
+ * workgroups, 133 in 8,016 (one set per subgroup). */
+enum { VK_DECODE_MAX_WORKGROUPS = 1024 };
+
 /* attention's workgroup size (attention.comp's ATT_WG; they must match);
  * attention_cpu, for CPU-backed devices, has 64. */
 enum { VK_ATTENTION_INVOCATIONS = 512 };
