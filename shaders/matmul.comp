@@ -535,6 +535,26 @@ void store_gated(uint r, uint t, float gate, float up)
     Y[0].y[t * pc.n_rows[0] + r] = kk_gated(gate, up, pc.use_gelu != 0u);
 }
 
+/* Where a workgroup's (or team's) MM_SLOTS slots read: matrix and byte
+ * offset of the row. */
+struct slots {
+    uint mat[MM_SLOTS], off[MM_SLOTS];
+};
+
+/* The slots of the rows from r0 of matrix m (rows rows; MM_GATED: rows
+ * r0 .. of both matrices, gate and up in turn). Slots past the last row
+ * read the last row again (never past it). */
+slots slots_of(uint m, uint r0, uint rows, bool gated)
+{
+    slots sl;
+    [[unroll]] for (uint s = 0u; s < MM_SLOTS; s++) {
+        const uint r = gated ? r0 + s / 2u : r0 + s;
+        sl.mat[s] = gated ? s % 2u : m;
+        sl.off[s] = min(r, rows - 1u) * pc.row_bytes;
+    }
+    return sl;
+}
+
 /* F(t) for each of the MM_TOKENS (16) tokens. */
 #define TOKENS_16(F)                                                         \
     F(0u) F(1u) F(2u) F(3u) F(4u) F(5u) F(6u) F(7u)                          \
@@ -546,14 +566,8 @@ void store_gated(uint r, uint t, float gate, float up)
 #if MM_NS != 4 || MM_NT != 1
 #error "matmul.comp: MM_DECODE is one token in 4 slots"
 #endif
-#define SLOTS(F) F(0u) F(1u) F(2u) F(3u)
 #define DEC_SG 32u     /* the subgroup width this form is for */
 #define DEC_CHUNK 4u   /* groups per slot whose loads go together */
-
-/* Where a row set's slots read: matrix and byte offset of the row. */
-struct slots {
-    uint mat[MM_SLOTS], off[MM_SLOTS];
-};
 
 /* Row sets (of `per` rows) in the dispatch: through the last matrix. */
 uint n_sets(uint per)
@@ -565,34 +579,10 @@ uint n_sets(uint per)
     return total;
 }
 
-/* Step i of a chunk: group gi = i0 + 32 i of every slot's row, summed into
- * a (lane i0, even i) or b (lane i0 + 32, odd i); a group past the row's end
- * loads the last one again and is not summed (a select after the loads). */
-#define DEC_LOAD(s) values(form, sl.mat[s], sl.off[s], gi, v[s]);
-#define DEC_SUM(s)                                                           \
-    {                                                                        \
-        const float p = group_dot(v[s], xv);                                 \
-        if ((i & 1u) == 0u)                                                  \
-            a[s] = has ? a[s] + p : a[s];                                    \
-        else                                                                 \
-            b[s] = has ? b[s] + p : b[s];                                    \
-    }
-#define DEC_STEP(i_)                                                         \
-    {                                                                        \
-        const uint i = (i_);                                                 \
-        const uint g = lane + DEC_SG * (k0 + i);                             \
-        const bool has = g < ng;                                             \
-        const uint gi = min(g, ng - 1u);                                     \
-        vec4 v[MM_SLOTS][RUNS];                                              \
-        SLOTS(DEC_LOAD)                                                      \
-        vec4 xv[RUNS];                                                       \
-        [[unroll]] for (uint r = 0u; r < RUNS; r++)                          \
-            xv[r] = load_x4(0u, run_col(gi, r));                             \
-        SLOTS(DEC_SUM)                                                       \
-    }
-
 /* One row set's sums: lane `lane`'s groups and lane + 32's, each in order
- * (group gi = lane + 32 k: even k is lane's, odd k lane + 32's). */
+ * (group gi = lane + 32 k: even k is lane's, odd k lane + 32's), DEC_CHUNK
+ * values of k at a time; a group past the row's end loads the last one
+ * again and is not summed (a select after the loads). */
 void set_sums(const uint form, slots sl, uint lane, out float a[MM_SLOTS],
               out float b[MM_SLOTS])
 {
@@ -613,26 +603,29 @@ void set_sums(const uint form, slots sl, uint lane, out float a[MM_SLOTS],
                 raw_group(form, sl.mat[s], sl.off[s], gi, q[i * MM_SLOTS + s],
                           d[i * MM_SLOTS + s]);
         }
+#endif
         [[unroll]] for (uint i = 0u; i < DEC_CHUNK; i++) {
             const uint g = lane + DEC_SG * (k0 + i);
             const bool has = g < ng;
             const uint gi = min(g, ng - 1u);
+            vec4 v[MM_SLOTS][RUNS];
+            [[unroll]] for (uint s = 0u; s < MM_SLOTS; s++)
+#ifdef HAS_RAW
+                raw_values(q[i * MM_SLOTS + s], d[i * MM_SLOTS + s], v[s]);
+#else
+                values(form, sl.mat[s], sl.off[s], gi, v[s]);
+#endif
             vec4 xv[RUNS];
             [[unroll]] for (uint r = 0u; r < RUNS; r++)
                 xv[r] = load_x4(0u, run_col(gi, r));
             [[unroll]] for (uint s = 0u; s < MM_SLOTS; s++) {
-                vec4 v[RUNS];
-                raw_values(q[i * MM_SLOTS + s], d[i * MM_SLOTS + s], v);
-                const float p = group_dot(v, xv);
+                const float p = group_dot(v[s], xv);
                 if ((i & 1u) == 0u)
                     a[s] = has ? a[s] + p : a[s];
                 else
                     b[s] = has ? b[s] + p : b[s];
             }
         }
-#else
-        DEC_STEP(0u) DEC_STEP(1u) DEC_STEP(2u) DEC_STEP(3u)
-#endif
     }
 }
 
@@ -650,12 +643,7 @@ void main()
          set < total; set += stride) {
         const uint m = matrix_of(set);
         const uint r0 = (set - pc.start[m]) * per, rows = pc.n_rows[m];
-        slots sl;
-        [[unroll]] for (uint s = 0u; s < MM_SLOTS; s++) {
-            const uint r = gated ? r0 + s / 2u : r0 + s;
-            sl.mat[s] = gated ? s % 2u : m;
-            sl.off[s] = min(r, rows - 1u) * pc.row_bytes;
-        }
+        const slots sl = slots_of(m, r0, rows, gated);
         float a[MM_SLOTS], b[MM_SLOTS], sum[MM_SLOTS];
         const uint form = row_form();
         if (form == 0u)
@@ -784,11 +772,6 @@ shared float red[RED_FLOATS];
 void red_put(uint i, float v) { red[i] = v; }
 float red_get(uint i) { return red[i]; }
 #endif
-
-/* Where the team's slots read: matrix and byte offset of the row. */
-struct slots {
-    uint mat[MM_SLOTS], off[MM_SLOTS];
-};
 
 #define LOAD_SLOT(s) values(form, sl.mat[s], sl.off[s], gi, v[s]);
 #define LOAD_SLOT_NEXT(s) values(form, sl.mat[s], sl.off[s], gi + WG, v2[s]);
@@ -959,13 +942,7 @@ void main()
     const uint nt = min(MM_TOKENS, pc.n_tokens - t0);
     norm_scales(t0, nt);
 
-    /* Slots past the last row read the last row again (never past it). */
-    slots sl;
-    [[unroll]] for (uint s = 0u; s < MM_SLOTS; s++) {
-        const uint r = gated ? r0 + s / 2u : r0 + s;
-        sl.mat[s] = gated ? s % 2u : m;
-        sl.off[s] = min(r, rows - 1u) * pc.row_bytes;
-    }
+    const slots sl = slots_of(m, r0, rows, gated);
     [[unroll]] for (uint j = 0u; j < SUMS; j++)
         acc[j] = 0.0;
     const uint form = row_form();
