@@ -14,9 +14,10 @@
 #   bash tools/gpu-ab.sh run     there, carrying .gpu-ab
 #
 # run's settings (environment):
-#   VARIANTS  NAME:BINARY:ENV,... entries (default "base:kakeya-base:
-#             new:kakeya:"); ENV is VAR=VALUE pairs joined by commas, for
-#             variants that differ by a setting rather than a build
+#   VARIANTS  NAME:BINARY:ENV entries separated by spaces (default
+#             "base:kakeya-base: new:kakeya:"); ENV is VAR=VALUE pairs
+#             joined by commas, for variants that differ by a setting
+#             rather than a build
 #   ROUNDS    rounds, each benchmarking every variant once (default 4)
 #   SHAPE     the model shape (default llama3.2-1b), Q8_0
 #   BANDWIDTH the GPU's bandwidth in GB/s, for the roofline (default 4800)
