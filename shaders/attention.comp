@@ -146,23 +146,39 @@ DEFINE_READERS(ks)
 DEFINE_READERS(vc)
 DEFINE_READERS(vs)
 
+/* s + a . b as one fma chain, x to w. Every sum that a key's or value's
+ * row goes into is spelled out this way and `precise`, because a row is
+ * read through one of two copies of the same code (cache or stage
+ * buffer): left to itself the compiler may contract or reorder the two
+ * copies differently (dot() leaves the order to it), and the same key
+ * would score differently decoded than verified. Explicit fmas have one
+ * rounding each, whatever the copy. */
+float fma_dot(vec4 a, vec4 b, float s)
+{
+    precise float r = fma(a.x, b.x, s);
+    r = fma(a.y, b.y, r);
+    r = fma(a.z, b.z, r);
+    r = fma(a.w, b.w, r);
+    return r;
+}
+
 /* s = q . K-row head (values e0.., head_dim of them, a multiple of 32
  * then of 4), 8 fetches issued before any is used. */
 #define DOT_LOOP(FETCH, buf, off, e0, s)                                     \
     {                                                                        \
-        float s0_ = 0.0, s1_ = 0.0;                                          \
+        precise float s0_ = 0.0, s1_ = 0.0;                                  \
         uint d_ = 0u;                                                        \
         for (; d_ + 32u <= pc.head_dim; d_ += 32u) {                         \
             vec4 f_[8];                                                      \
             [[unroll]] for (uint u_ = 0u; u_ < 8u; u_++)                     \
                 f_[u_] = FETCH(buf, off, (e0) + d_ + 4u * u_);               \
             [[unroll]] for (uint u_ = 0u; u_ < 8u; u_ += 2u) {               \
-                s0_ += dot(qsh[(d_ >> 2u) + u_], f_[u_]);                    \
-                s1_ += dot(qsh[(d_ >> 2u) + u_ + 1u], f_[u_ + 1u]);          \
+                s0_ = fma_dot(qsh[(d_ >> 2u) + u_], f_[u_], s0_);            \
+                s1_ = fma_dot(qsh[(d_ >> 2u) + u_ + 1u], f_[u_ + 1u], s1_);  \
             }                                                                \
         }                                                                    \
         for (; d_ < pc.head_dim; d_ += 4u)                                   \
-            s0_ += dot(qsh[d_ >> 2u], FETCH(buf, off, (e0) + d_));           \
+            s0_ = fma_dot(qsh[d_ >> 2u], FETCH(buf, off, (e0) + d_), s0_);   \
         s = s0_ + s1_;                                                       \
     }
 
@@ -171,7 +187,7 @@ DEFINE_READERS(vs)
     {                                                                        \
         s = 0.0;                                                             \
         for (uint d_ = 0u; d_ < pc.head_dim; d_++)                           \
-            s += qsh[d_ >> 2u][d_ & 3u] * value_##buf(off, (e0) + d_);       \
+            s = fma(qsh[d_ >> 2u][d_ & 3u], value_##buf(off, (e0) + d_), s); \
     }
 
 /* o += p_j V_j (values dv .. dv+3) for this partition's keys j in
@@ -190,7 +206,7 @@ DEFINE_READERS(vs)
             p_[u_] = j0_ + u_ * parts < (je) ? psh[b][j_] : 0.0;             \
         }                                                                    \
         [[unroll]] for (uint u_ = 0u; u_ < V_STEP; u_++)                     \
-            o += p_[u_] * v_[u_];                                            \
+            o = fma(vec4(p_[u_]), v_[u_], o);                                \
     }
 
 /* The same, value by value (n of the 4 valid), for any type. */
@@ -200,7 +216,7 @@ DEFINE_READERS(vs)
         vec4 v_ = vec4(0.0);                                                 \
         for (uint i_ = 0u; i_ < nv; i_++)                                    \
             v_[i_] = value_##buf(off_, e0 + dv + i_);                        \
-        o += psh[b][j_] * v_;                                                \
+        o = fma(vec4(psh[b][j_]), v_, o);                                    \
     }
 
 /* The cache slot of position k (kv.h's kv_slot). */
@@ -296,13 +312,14 @@ void main()
 
     float m = NEG_INF;   /* running maximum (the same in every thread) */
     float l = 0.0;       /* this thread's share of the running sum */
-    vec4 o = vec4(0.0);  /* this thread's values of its partition's output */
+    precise vec4 o = vec4(0.0); /* this thread's values of its partition's
+                                 * output (precise: see fma_dot) */
 
     for (uint c0 = 0u; c0 < n_vis; c0 += WG) {
         const uint cnt = min(WG, n_vis - c0);
         const uint b = (c0 / WG) & 1u;  /* this chunk's copy of the arrays */
         /* 1. score this thread's key */
-        float s = NEG_INF;
+        precise float s = NEG_INF;
         if (tid < cnt) {
             const uint vi = c0 + tid;
             const uint k = vi < uint(sink_end) ? vi
