@@ -13,6 +13,10 @@
 #                                (git-ignored through .git/info/exclude)
 #   bash tools/gpu-ab.sh run     there, carrying .gpu-ab
 #
+# pack's setting: EXTRA_BINS, NAME=PATH entries separated by spaces:
+# further kakeya binaries (say, a throwaway build in another worktree)
+# packed as bin/NAME, for VARIANTS to name.
+#
 # run's settings (environment):
 #   VARIANTS  NAME:BINARY:ENV entries separated by spaces (default
 #             "base:kakeya-base: new:kakeya:"); ENV is VAR=VALUE pairs
@@ -53,6 +57,10 @@ pack() {
     cp "$scratch/tree/build/kakeya" "$KIT/bin/kakeya-base"
     git worktree remove --force "$scratch/tree"
     rm -rf "$scratch"
+    local extra
+    for extra in ${EXTRA_BINS:-}; do
+        cp "${extra#*=}" "$KIT/bin/${extra%%=*}" || return 1
+    done
     strip "$KIT"/bin/*
     gpu_pack_libs "$KIT/lib" build/kakeya build/tests/test_vk_ops
     tar -C "$KIT" -cJf "$KIT/kit.tar.xz" bin lib && rm -rf "$KIT/bin" "$KIT/lib"
