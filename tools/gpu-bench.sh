@@ -40,10 +40,10 @@ THREADS=$(nproc)
 mkdir -p "$OUT" build/gpu-models
 status=0
 
-if [ -f .gpu/lib.tar.xz ]; then
-    mkdir -p /tmp/kk && tar -C /tmp/kk -xJf .gpu/lib.tar.xz
+if [ -f .gpu/kit.tar.xz ]; then
+    mkdir -p /tmp/kk && tar -C /tmp/kk -xJf .gpu/kit.tar.xz
     export LD_LIBRARY_PATH=/tmp/kk/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
-    K=.gpu/kakeya T=.gpu/test_vulkan O=.gpu/test_vk_ops
+    K=/tmp/kk/bin/kakeya T=/tmp/kk/bin/test_vulkan O=/tmp/kk/bin/test_vk_ops
     export KK_SHARED=.gpu/shared
 else
     make -j"$THREADS" build/kakeya build/tests/test_vulkan \
