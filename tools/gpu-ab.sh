@@ -52,7 +52,7 @@ pack() {
         git worktree remove --force "$scratch/tree"
         return 1
     fi
-    rm -rf "$KIT" && mkdir -p "$KIT/bin" "$KIT/lib"
+    rm -rf "$KIT" && mkdir -p "$KIT/bin"
     cp build/kakeya build/tests/test_vk_ops "$KIT/bin/"
     cp "$scratch/tree/build/kakeya" "$KIT/bin/kakeya-base"
     git worktree remove --force "$scratch/tree"
@@ -61,9 +61,7 @@ pack() {
     for extra in ${EXTRA_BINS:-}; do
         cp "${extra#*=}" "$KIT/bin/${extra%%=*}" || return 1
     done
-    strip "$KIT"/bin/*
-    gpu_pack_libs "$KIT/lib" build/kakeya build/tests/test_vk_ops
-    tar -C "$KIT" -cJf "$KIT/kit.tar.xz" bin lib && rm -rf "$KIT/bin" "$KIT/lib"
+    gpu_pack_kit "$KIT" build/kakeya build/tests/test_vk_ops || return 1
     du -sh "$KIT"
 }
 
@@ -95,9 +93,8 @@ variant() {
 
 run() {
     local out=${OUT:-/tmp/gpu-ab} model
-    mkdir -p "$out" /tmp/kk-ab
-    tar -C /tmp/kk-ab -xJf "$KIT/kit.tar.xz" || return 1
-    export LD_LIBRARY_PATH=/tmp/kk-ab/lib
+    mkdir -p "$out"
+    gpu_unpack_kit "$KIT/kit.tar.xz" /tmp/kk-ab || return 1
     gpu_use_nvidia_icd
     if [ -n "${TESTS:-}" ]; then
         /tmp/kk-ab/bin/test_vk_ops > "$out/test_vk_ops.txt" 2>&1

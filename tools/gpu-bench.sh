@@ -41,8 +41,7 @@ mkdir -p "$OUT" build/gpu-models
 status=0
 
 if [ -f .gpu/kit.tar.xz ]; then
-    mkdir -p /tmp/kk && tar -C /tmp/kk -xJf .gpu/kit.tar.xz
-    export LD_LIBRARY_PATH=/tmp/kk/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+    gpu_unpack_kit .gpu/kit.tar.xz /tmp/kk || exit 1
     K=/tmp/kk/bin/kakeya T=/tmp/kk/bin/test_vulkan O=/tmp/kk/bin/test_vk_ops
     export KK_SHARED=.gpu/shared
 else

@@ -13,6 +13,25 @@ gpu_pack_libs() { # DIR BINARY...
     cp -L "$(ldconfig -p | awk '/libvulkan.so.1 .*x86-64/{print $NF; exit}')" "$dir/"
 }
 
+# Packs DIR/bin (the binaries, stripped) and the libraries BINARY... load
+# (gpu_pack_libs) into one archive, DIR/kit.tar.xz: what a device call
+# carries, compressed (uncompressed, three binaries took 22 MB of its
+# 64 MiB).
+gpu_pack_kit() { # DIR BINARY...
+    local dir=$1; shift
+    strip "$dir"/bin/* &&
+        gpu_pack_libs "$dir/lib" "$@" &&
+        tar -C "$dir" -cJf "$dir/kit.tar.xz" bin lib &&
+        rm -rf "$dir/bin" "$dir/lib"
+}
+
+# There: unpacks KIT (gpu_pack_kit's archive) into DIR, its libraries first
+# on the library path. The binaries are DIR/bin/NAME.
+gpu_unpack_kit() { # KIT DIR
+    mkdir -p "$2" && tar -C "$2" -xJf "$1" || return 1
+    export LD_LIBRARY_PATH=$2/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+}
+
 # NVIDIA's stock ICD file names the GLX library, which needs a display; a
 # headless machine reaches the same driver through its EGL library, so
 # point the loader at an ICD file naming that one (unless the caller chose).

@@ -3,9 +3,7 @@
 # machine, which has an NVIDIA driver but no Vulkan loader, no -dev
 # packages, no package registry and no ../shared: the binaries built here,
 # their shared libraries and the Vulkan loader as one compressed archive
-# (kit.tar.xz: bin/ and lib/; uncompressed, the three binaries alone took
-# 22 MB of the 64 MiB a device call may carry, beside a 32 MB tree), and
-# the golden models.
+# (gpu_pack_kit), and the golden models.
 #
 #   tools/gpu-kit.sh          fills .gpu/ (git-ignored through
 #                             .git/info/exclude), then run on the GPU machine,
@@ -24,12 +22,9 @@ exclude=$(git rev-parse --git-path info/exclude)
 mkdir -p "$(dirname "$exclude")"
 grep -qx '/.gpu/' "$exclude" 2>/dev/null || echo '/.gpu/' >> "$exclude"
 make -j"$(nproc)" build/kakeya build/tests/test_vulkan build/tests/test_vk_ops
-rm -rf .gpu && mkdir -p .gpu/bin .gpu/lib .gpu/shared/golden/models
+rm -rf .gpu && mkdir -p .gpu/bin .gpu/shared/golden/models
 cp build/kakeya build/tests/test_vulkan build/tests/test_vk_ops .gpu/bin/
-strip .gpu/bin/*
-
-gpu_pack_libs .gpu/lib build/kakeya build/tests/test_vulkan build/tests/test_vk_ops
-tar -C .gpu -cJf .gpu/kit.tar.xz bin lib && rm -rf .gpu/bin .gpu/lib
+gpu_pack_kit .gpu build/kakeya build/tests/test_vulkan build/tests/test_vk_ops
 
 for m in $GOLDEN; do
     cp "$SHARED/golden/gen-$m.json" .gpu/shared/golden/
