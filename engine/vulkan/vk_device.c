@@ -130,7 +130,7 @@ struct vk_device {
 
     VkPhysicalDevice phys;
     VkPhysicalDeviceProperties props;
-    uint32_t fixed_subgroup_size;   /* fixed_subgroup_size() */
+    uint32_t fixed_subgroup_size;   /* struct device_facts */
     VkPhysicalDeviceMemoryProperties mem_props;
     VkDevice device;
     uint32_t queue_family;
@@ -358,40 +358,22 @@ static bool has_extension(const struct vk_device *d, VkPhysicalDevice pd,
     return found;
 }
 
-/* The chosen device's subgroup width where every compute shader gets
- * that width, else 0: where Vulkan 1.3's subgroup size control lets the
- * driver pick a width per shader (minSubgroupSize < maxSubgroupSize), a
- * shader cannot count on the width the device reports. */
-static uint32_t fixed_subgroup_size(const struct vk_device *d)
-{
-    VkPhysicalDeviceSubgroupSizeControlProperties control = {
-        .sType =
-            VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SUBGROUP_SIZE_CONTROL_PROPERTIES,
-    };
-    VkPhysicalDeviceSubgroupProperties sub = {
-        .sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SUBGROUP_PROPERTIES,
-    };
-    if (!d->fn.vkGetPhysicalDeviceProperties2)
-        return 0;
-    const bool ask_control = d->props.apiVersion >= VK_API_VERSION_1_3 &&
-                             d->instance_api >= VK_API_VERSION_1_3;
-    if (ask_control)
-        sub.pNext = &control;
-    VkPhysicalDeviceProperties2 p2 = {
-        .sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_PROPERTIES_2,
-        .pNext = &sub,
-    };
-    d->fn.vkGetPhysicalDeviceProperties2(d->phys, &p2);
-    if (ask_control && control.minSubgroupSize != control.maxSubgroupSize)
-        return 0;
-    return sub.subgroupSize;
-}
+/* What opening a device needs beyond its kk_vk_device_info. */
+struct device_facts {
+    uint32_t queue_family;    /* the one that computes; UINT32_MAX: none */
+    /* The subgroup width every compute shader gets, else 0: where Vulkan
+     * 1.3's subgroup size control lets the driver pick a width per shader
+     * (minSubgroupSize < maxSubgroupSize), a shader cannot count on the
+     * width the device reports. */
+    uint32_t fixed_subgroup_size;
+};
 
-/* Fills info for pd and says which queue family computes (UINT32_MAX:
- * none). */
+/* Fills info and facts for pd. */
 static void describe(const struct vk_device *d, VkPhysicalDevice pd,
-                     struct kk_vk_device_info *info, uint32_t *queue_family)
+                     struct kk_vk_device_info *info,
+                     struct device_facts *facts)
 {
+    facts->fixed_subgroup_size = 0;
     memset(info, 0, sizeof *info);
     VkPhysicalDeviceProperties props;
     d->fn.vkGetPhysicalDeviceProperties(pd, &props);
@@ -413,7 +395,7 @@ static void describe(const struct vk_device *d, VkPhysicalDevice pd,
             mem.memoryHeaps[h].size > info->memory_bytes)
             info->memory_bytes = mem.memoryHeaps[h].size;
 
-    *queue_family = UINT32_MAX;
+    facts->queue_family = UINT32_MAX;
     uint32_t n_families = 0;
     d->fn.vkGetPhysicalDeviceQueueFamilyProperties(pd, &n_families, NULL);
     VkQueueFamilyProperties *families = calloc(n_families ? n_families : 1,
@@ -424,7 +406,7 @@ static void describe(const struct vk_device *d, VkPhysicalDevice pd,
         for (uint32_t i = 0; i < n_families; i++)
             if ((families[i].queueFlags & VK_QUEUE_COMPUTE_BIT) &&
                 families[i].queueCount > 0) {
-                *queue_family = i;
+                facts->queue_family = i;
                 break;
             }
         free(families);
@@ -438,15 +420,22 @@ static void describe(const struct vk_device *d, VkPhysicalDevice pd,
     /* One query for what Vulkan 1.1 reports beyond the core properties:
      * the subgroup operations (the matmul shader reduces with subgroupAdd
      * and picks one of several matrices by a workgroup-uniform index into
-     * an array of buffers) and, where known, the driver's name. */
+     * an array of buffers) and width (1.3: whether it is fixed) and, where
+     * known, the driver's name. */
     bool has_arith = false;
     VkPhysicalDeviceSubgroupProperties sub = {
         .sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SUBGROUP_PROPERTIES,
+    };
+    VkPhysicalDeviceSubgroupSizeControlProperties control = {
+        .sType =
+            VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SUBGROUP_SIZE_CONTROL_PROPERTIES,
     };
     VkPhysicalDeviceDriverProperties driver = {
         .sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_DRIVER_PROPERTIES,
     };
     const bool ask_sub = props.apiVersion >= VK_API_VERSION_1_1;
+    const bool ask_control = props.apiVersion >= VK_API_VERSION_1_3 &&
+                             d->instance_api >= VK_API_VERSION_1_3;
     const bool ask_driver =
         props.apiVersion >= VK_API_VERSION_1_2 || has_driver_props;
     if (d->fn.vkGetPhysicalDeviceProperties2 &&
@@ -454,11 +443,15 @@ static void describe(const struct vk_device *d, VkPhysicalDevice pd,
         VkPhysicalDeviceProperties2 p2 = {
             .sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_PROPERTIES_2,
         };
-        /* chain: p2 -> [sub] -> [driver] */
+        /* chain: p2 -> [sub] -> [control] -> [driver] */
         void **next = &p2.pNext;
         if (ask_sub) {
             *next = &sub;
             next = &sub.pNext;
+        }
+        if (ask_control) {
+            *next = &control;
+            next = &control.pNext;
         }
         if (ask_driver)
             *next = &driver;
@@ -467,6 +460,9 @@ static void describe(const struct vk_device *d, VkPhysicalDevice pd,
                     (sub.supportedStages & VK_SHADER_STAGE_COMPUTE_BIT) &&
                     (sub.supportedOperations &
                      VK_SUBGROUP_FEATURE_ARITHMETIC_BIT);
+        if (ask_sub && (!ask_control ||
+                        control.minSubgroupSize == control.maxSubgroupSize))
+            facts->fixed_subgroup_size = sub.subgroupSize;
         if (ask_driver)
             snprintf(info->driver, sizeof info->driver, "%.63s%s%.63s",
                      driver.driverName, driver.driverInfo[0] ? " " : "",
@@ -484,7 +480,7 @@ static void describe(const struct vk_device *d, VkPhysicalDevice pd,
         append_reason(info->why_not, sizeof info->why_not,
                       "the Vulkan loader supports only 1.0 (update "
                       "libvulkan1)");
-    if (*queue_family == UINT32_MAX)
+    if (facts->queue_family == UINT32_MAX)
         append_reason(info->why_not, sizeof info->why_not,
                       "it has no compute queue");
     if (!has_push)
@@ -519,8 +515,8 @@ int vk_device_list(struct kk_vk_device_info *out, int max,
     uint32_t n = 0;
     if (instance_open(d, err) == 0 && physical_devices(d, &pds, &n, err) == 0) {
         for (uint32_t i = 0; out && i < n && (int)i < max; i++) {
-            uint32_t family;
-            describe(d, pds[i], &out[i], &family);
+            struct device_facts facts;
+            describe(d, pds[i], &out[i], &facts);
         }
         result = n > (uint32_t)INT32_MAX ? INT32_MAX : (int)n;
     }
@@ -721,7 +717,7 @@ int vk_device_open(int index, struct vk_device **out, struct kk_error *err)
     d->staging.block = -1;
     VkPhysicalDevice *pds = NULL;
     struct kk_vk_device_info *infos = NULL;
-    uint32_t *families = NULL;
+    struct device_facts *facts = NULL;
     uint32_t n = 0;
     int rc = -1;
     if (instance_open(d, err) || physical_devices(d, &pds, &n, err))
@@ -732,26 +728,26 @@ int vk_device_open(int index, struct vk_device **out, struct kk_error *err)
         goto done;
     }
     infos = calloc(n, sizeof *infos);
-    families = calloc(n, sizeof *families);
-    if (!infos || !families) {
+    facts = calloc(n, sizeof *facts);
+    if (!infos || !facts) {
         kk_fail(err, "out of memory opening a Vulkan device");
         goto done;
     }
     for (uint32_t i = 0; i < n; i++)
-        describe(d, pds[i], &infos[i], &families[i]);
+        describe(d, pds[i], &infos[i], &facts[i]);
     int chosen = pick_device(infos, n, index, err);
     if (chosen < 0)
         goto done;
     d->phys = pds[chosen];
-    d->queue_family = families[chosen];
+    d->queue_family = facts[chosen].queue_family;
+    d->fixed_subgroup_size = facts[chosen].fixed_subgroup_size;
     d->fn.vkGetPhysicalDeviceProperties(d->phys, &d->props);
     d->fn.vkGetPhysicalDeviceMemoryProperties(d->phys, &d->mem_props);
-    d->fixed_subgroup_size = fixed_subgroup_size(d);
     rc = device_create(d, err);
 done:
     free(pds);
     free(infos);
-    free(families);
+    free(facts);
     if (rc) {
         vk_device_close(d);
         return -1;
