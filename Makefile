@@ -78,8 +78,9 @@ MATMUL_FORMS := matmul_ matmul_t8_ matmul_t4_ matmul_one_ matmul_rows_ \
                 matmul_one_norm_ matmul_t4_norm_ matmul_rows_norm_ \
                 matmul_dec_ matmul_dec_norm_
 SHADER_NAMES := $(foreach f,$(MATMUL_FORMS),$(MATMUL_TYPES:%=$(f)%)) \
-                rmsnorm rope add gated_act \
-                kv_store rope_kv_store attention attention_cpu
+                rmsnorm rmsnorm_add rope add gated_act \
+                kv_store rope_kv_store rope_kv_store_norm attention \
+                attention_cpu
 SPIRV      := $(SHADER_NAMES:%=$(BUILD)/shaders/%.spv)
 SPIRV_OBJ  := $(BUILD)/shaders/spirv.o
 GLSLC      ?= glslc
@@ -129,6 +130,16 @@ $(BUILD)/shaders/matmul_%.spv: shaders/matmul.comp $(wildcard shaders/*.glsl) Ma
 $(BUILD)/shaders/attention_cpu.spv: shaders/attention.comp $(wildcard shaders/*.glsl) Makefile
 	@mkdir -p $(dir $@)
 	$(GLSLC) $(GLSL_FLAGS) -DATT_WG=64 $< -o $@
+
+# rmsnorm that adds its output to a second row (a post-norm's block
+# output), and rope_kv_store that norms each head first (q/k norms).
+$(BUILD)/shaders/rmsnorm_add.spv: shaders/rmsnorm.comp $(wildcard shaders/*.glsl) Makefile
+	@mkdir -p $(dir $@)
+	$(GLSLC) $(GLSL_FLAGS) -DNORM_ADD $< -o $@
+
+$(BUILD)/shaders/rope_kv_store_norm.spv: shaders/rope_kv_store.comp $(wildcard shaders/*.glsl) Makefile
+	@mkdir -p $(dir $@)
+	$(GLSLC) $(GLSL_FLAGS) -DQK_NORM $< -o $@
 
 $(BUILD)/shaders/%.spv: shaders/%.comp $(wildcard shaders/*.glsl)
 	@mkdir -p $(dir $@)

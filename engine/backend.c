@@ -193,6 +193,17 @@ void be_rmsnorm(struct backend *be, struct be_tensor *y,
     be->ops->rmsnorm(be, y, x, weight, n_groups, dim, eps);
 }
 
+void be_norm_add(struct backend *be, struct be_tensor *x, struct be_tensor *y,
+                 const float *weight, int n, int dim, float eps)
+{
+    if (be->ops->norm_add) {
+        be->ops->norm_add(be, x, y, weight, n, dim, eps);
+        return;
+    }
+    be->ops->rmsnorm(be, y, y, weight, n, dim, eps);
+    be->ops->add(be, x, y, (int64_t)n * dim);
+}
+
 void be_rope(struct backend *be, struct be_tensor *x, int n, int n_heads,
              int head_dim, int n_rot, const int32_t *pos, float base,
              enum rope_style style)
@@ -238,6 +249,12 @@ void be_rope_kv_store(struct backend *be, struct kv_cache *kv, int il,
         be->ops->rope_kv_store(be, kv, il, pos0, n, q, n_head, k, v,
                                n_head_kv, head_dim, rope);
         return;
+    }
+    if (rope->q_norm) {
+        be->ops->rmsnorm(be, q, q, rope->q_norm, n * n_head, head_dim,
+                         rope->norm_eps);
+        be->ops->rmsnorm(be, k, k, rope->k_norm, n * n_head_kv, head_dim,
+                         rope->norm_eps);
     }
     be->ops->rope(be, q, n, n_head, head_dim, rope->n_rot, rope->pos,
                   rope->base, rope->style);

@@ -157,6 +157,12 @@ void be_copy_rows(struct backend *be, struct be_tensor *dst,
 void be_rmsnorm(struct backend *be, struct be_tensor *y,
                 const struct be_tensor *x, const float *weight, int n_groups,
                 int dim, float eps);
+/* x += y / rms(y) * weight over each of n rows of `dim` values: a
+ * post-norm's block output joining the residual stream (gemma3). be_rmsnorm
+ * of y in place, then be_add, which a device backend does as one op; y's
+ * contents are unspecified afterwards. */
+void be_norm_add(struct backend *be, struct be_tensor *x, struct be_tensor *y,
+                 const float *weight, int n, int dim, float eps);
 
 /* Rotates the first n_rot dimensions of each of n_heads heads of width
  * head_dim in each of n rows; row t has position pos[t]. */
@@ -184,16 +190,22 @@ void be_add_row(struct backend *be, struct be_tensor *x, const float *row,
 void be_kv_store(struct backend *be, struct kv_cache *kv, int il, int pos0,
                  int n, const struct be_tensor *k, const struct be_tensor *v);
 void be_kv_commit(struct backend *be, struct kv_cache *kv);
-/* How a layer rotates its queries and keys (be_rope's arguments). */
+/* How a layer rotates its queries and keys (be_rope's arguments), and
+ * norms them first where it has per-head norms. */
 struct be_rope {
     int n_rot;
     const int32_t *pos;   /* position of each row of the batch */
     float base;
     enum rope_style style;
+    /* Both or neither (qwen3, gemma3): be_rmsnorm of each head of q and of
+     * k, head_dim values a group, before the rotation. */
+    const float *q_norm, *k_norm;
+    float norm_eps;
 };
-/* be_rope of q (n_head heads) and k (n_head_kv heads), then be_kv_store of
- * k and v: one op on a device backend, which rotates the keys on their way
- * into the cache; k's contents are unspecified afterwards. */
+/* The heads' norms when rope has them, be_rope of q (n_head heads) and k
+ * (n_head_kv heads), then be_kv_store of k and v: one op on a device
+ * backend, which rotates the keys on their way into the cache; k's contents
+ * are unspecified afterwards. */
 void be_rope_kv_store(struct backend *be, struct kv_cache *kv, int il,
                       int pos0, int n, struct be_tensor *q, int n_head,
                       struct be_tensor *k, const struct be_tensor *v,

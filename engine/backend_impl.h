@@ -4,7 +4,7 @@
  * An implementation embeds struct backend as the first member of its own
  * struct and fills a static table of ops; every op has the meaning and the
  * arguments of its be_ / backend_ counterpart in backend.h. The fused ops
- * (matmul_add, gated_matmul, rope_kv_store) may be NULL: backend.c then
+ * (matmul_add, gated_matmul, rope_kv_store, norm_add) may be NULL: backend.c then
  * runs the ops they stand for, one after another. gated_matmul is only
  * given gate and up matrices of one type and shape (a mixed-type file's
  * pair goes the separate way). matmul, matmul_multi and gated_matmul are
@@ -68,6 +68,9 @@ struct backend_ops {
     void (*rmsnorm)(struct backend *be, struct be_tensor *y,
                     const struct be_tensor *x, const float *weight,
                     int n_groups, int dim, float eps);
+    void (*norm_add)(struct backend *be, struct be_tensor *x,
+                     struct be_tensor *y, const float *weight, int n,
+                     int dim, float eps);
     void (*rope)(struct backend *be, struct be_tensor *x, int n, int n_heads,
                  int head_dim, int n_rot, const int32_t *pos, float base,
                  enum rope_style style);

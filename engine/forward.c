@@ -106,8 +106,7 @@ static void block_output(struct forward *f, const struct weight *w,
         return;
     }
     be_matmul(f->be, w, in, NULL, n, f->o);
-    be_rmsnorm(f->be, f->o, f->o, post_norm, n, hp->n_embd, hp->rms_eps);
-    be_add(f->be, f->x, f->o, (int64_t)n * hp->n_embd);
+    be_norm_add(f->be, f->x, f->o, post_norm, n, hp->n_embd, hp->rms_eps);
 }
 
 /* Attention block of layer il: x += attention(norm(x)), storing this
@@ -130,13 +129,10 @@ static void attention_block(struct forward *f, struct kv_cache *kv, int il,
         be_add_row(be, f->k, L->bk, n, kv_dim);
     if (L->bv)
         be_add_row(be, f->v, L->bv, n, kv_dim);
-    if (L->q_norm) {
-        be_rmsnorm(be, f->q, f->q, L->q_norm, n * hp->n_head, hd, hp->rms_eps);
-        be_rmsnorm(be, f->k, f->k, L->k_norm, n * hp->n_head_kv, hd,
-                   hp->rms_eps);
-    }
     const struct be_rope rope = {.n_rot = hp->n_rot, .pos = f->pos,
-                                 .base = L->rope_base, .style = hp->rope};
+                                 .base = L->rope_base, .style = hp->rope,
+                                 .q_norm = L->q_norm, .k_norm = L->k_norm,
+                                 .norm_eps = hp->rms_eps};
     be_rope_kv_store(be, kv, il, pos0, n, f->q, hp->n_head, f->k, f->v,
                      hp->n_head_kv, hd, &rope);
     be_attention(be, f->att, f->q, kv, il, n, pos0, hp->n_head,

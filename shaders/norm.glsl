@@ -15,9 +15,16 @@
  * The includer declares the float array x, its vec4 view x4 (a row of a
  * width that is a multiple of 4 starts on a vec4), and enables
  * GL_KHR_shader_subgroup_arithmetic; lanes are NORM_LANES consecutive
- * invocations, whole subgroups of at most NORM_LANES. */
+ * invocations, whole subgroups of at most NORM_LANES. A shader that norms
+ * rows of more than one buffer defines NORM_X4(i) and NORM_X(i), the loads,
+ * instead of x4 and x. */
 #ifndef KK_NORM_GLSL
 #define KK_NORM_GLSL
+
+#ifndef NORM_X4
+#define NORM_X4(i) x4[i]
+#define NORM_X(i) x[i]
+#endif
 
 #define NORM_LANES 64u
 #define NORM_STEP 8u    /* runs a lane loads before it adds */
@@ -33,17 +40,17 @@ float norm_lane_sum(uint base, uint dim, uint lane)
         for (; c + (NORM_STEP - 1u) * NORM_LANES < runs;
              c += NORM_STEP * NORM_LANES) {
             vec4 v[NORM_STEP];
-            [[unroll]] for (uint k = 0u; k < NORM_STEP; k++)
-                v[k] = x4[b4 + c + k * NORM_LANES];
-            [[unroll]] for (uint k = 0u; k < NORM_STEP; k++) {
-                s = fma(v[k].x, v[k].x, s);
-                s = fma(v[k].y, v[k].y, s);
-                s = fma(v[k].z, v[k].z, s);
-                s = fma(v[k].w, v[k].w, s);
+            [[unroll]] for (uint r = 0u; r < NORM_STEP; r++)
+                v[r] = NORM_X4(b4 + c + r * NORM_LANES);
+            [[unroll]] for (uint r = 0u; r < NORM_STEP; r++) {
+                s = fma(v[r].x, v[r].x, s);
+                s = fma(v[r].y, v[r].y, s);
+                s = fma(v[r].z, v[r].z, s);
+                s = fma(v[r].w, v[r].w, s);
             }
         }
         for (; c < runs; c += NORM_LANES) {
-            const vec4 v = x4[b4 + c];
+            const vec4 v = NORM_X4(b4 + c);
             s = fma(v.x, v.x, s);
             s = fma(v.y, v.y, s);
             s = fma(v.z, v.z, s);
@@ -53,8 +60,8 @@ float norm_lane_sum(uint base, uint dim, uint lane)
     }
     /* a width not a multiple of 4: the same runs, value by value */
     for (; c < runs; c += NORM_LANES)
-        for (uint k = 0u; k < 4u && 4u * c + k < dim; k++) {
-            const float a = x[base + 4u * c + k];
+        for (uint r = 0u; r < 4u && 4u * c + r < dim; r++) {
+            const float a = NORM_X(base + 4u * c + r);
             s = fma(a, a, s);
         }
     return s;

@@ -8,7 +8,14 @@
  * summed. Y may be X (in place): every element is read and written by the
  * same thread, and all reads for the sum happen before the barrier that
  * precedes any write. The sum is f32 (the CPU's is double): agreement is
- * to ~1e-6 relative, not to the bit. */
+ * to ~1e-6 relative, not to the bit.
+ *
+ * With -DNORM_ADD (rmsnorm_add) Y is a second array that the normed values
+ * are added to, y += x normed: a post-norm's block output joining the
+ * residual stream (gemma3), in one dispatch where rmsnorm then add took
+ * two. The normed value is rounded to a float before the add, as it is
+ * when rmsnorm stores it and add.comp reads it back (`precise`: no fma
+ * may fuse the product into the sum), so both ways give the same bits. */
 #version 450
 
 #extension GL_KHR_shader_subgroup_basic : require
@@ -20,7 +27,11 @@ layout(local_size_x = 64) in;
 
 layout(std430, binding = 0) readonly buffer XBuf { float x[]; };
 layout(std430, binding = 0) readonly buffer XBuf4 { vec4 x4[]; };
+#ifdef NORM_ADD
+layout(std430, binding = 1) buffer YBuf { float y[]; };
+#else
 layout(std430, binding = 1) writeonly buffer YBuf { float y[]; };
+#endif
 layout(std430, binding = 2) readonly buffer WBuf { float wt[]; };
 
 layout(push_constant) uniform Push {
@@ -45,6 +56,12 @@ void main()
             /* (x * scale) * w, the CPU's order */
             const uint i = 4u * c + k;
             precise float v = x[base + i] * scale;
+#ifdef NORM_ADD
+            precise float normed = v * wt[i];
+            precise float sum = y[base + i] + normed;
+            y[base + i] = sum;
+#else
             y[base + i] = v * wt[i];
+#endif
         }
 }

@@ -5,13 +5,34 @@
  * gl_WorkGroupID.y picks the part: 0 the query pairs, 1 the key words,
  * 2 the value words; x covers the largest part. The rotation is
  * rope.glsl's and the conversion kv_convert.glsl's, so the bytes are those
- * of rope then kv_store. */
+ * of rope then kv_store.
+ *
+ * With -DQK_NORM (rope_kv_store_norm) each head of Q and K is RMS-normed
+ * first (qwen3, gemma3), as rmsnorm.comp norms groups of head_dim values:
+ * one workgroup per token row finds every head's scale with norm.glsl (the
+ * code rmsnorm runs, so the same bits), in QKN_TEAMS teams of NORM_LANES
+ * taking heads in turn, then rotates the row's normed queries and stores
+ * its normed, rotated keys and its values. A head's normed value is
+ * rounded to a float before it is rotated, as when rmsnorm stores it. A
+ * decode pass of gemma3 loses two dispatches a layer, each a wait. The
+ * workgroup writes the words of its own row only, so rows must start on a
+ * word (row_bytes % 4 == 0; the host checks, and norms separately
+ * otherwise). */
 #version 450
+
+#extension GL_KHR_shader_subgroup_basic : require
+#extension GL_KHR_shader_subgroup_arithmetic : require
 
 #include "kv_convert.glsl"
 #include "rope.glsl"
 
+#ifdef QK_NORM
+#define QKN_TEAMS 4u
+#define QKN_MAX_HEADS 128u
+layout(local_size_x = 256) in;
+#else
 layout(local_size_x = 64) in;
+#endif
 
 layout(std430, binding = 0) buffer QBuf { float q[]; };
 layout(std430, binding = 1) readonly buffer KBuf { float k[]; };
@@ -23,7 +44,47 @@ layout(std430, binding = 5) buffer VStage { uint v_stage[]; };
 layout(push_constant) uniform Push {
     uint n_rows, n_head, n_head_kv, head_dim, n_rot, style;
     uint type, block, row_bytes, dst_word0;
+    float eps;   /* QK_NORM: the norms' epsilon */
 } pc;
+
+#ifdef QK_NORM
+layout(std430, binding = 0) readonly buffer QBuf4 { vec4 q4[]; };
+layout(std430, binding = 1) readonly buffer KBuf4 { vec4 k4[]; };
+/* The norms' weights, head_dim each. */
+layout(std430, binding = 6) readonly buffer QWBuf { float qw[]; };
+layout(std430, binding = 7) readonly buffer KWBuf { float kw[]; };
+
+/* norm.glsl reads the head being summed from Q or K. */
+bool norm_keys;
+#define NORM_X4(i) (norm_keys ? k4[i] : q4[i])
+#define NORM_X(i) (norm_keys ? k[i] : q[i])
+#include "norm.glsl"
+
+/* Each head's subgroup sums (NORM_PUT; subgroups may be as narrow as 4),
+ * then its scale: heads 0 .. n_head - 1 of Q, then those of K. */
+shared float part[QKN_MAX_HEADS * (NORM_LANES / 4u)];
+shared float head_scale[QKN_MAX_HEADS];
+
+/* rmsnorm's output for value x of dimension d, in a head of scale sc. */
+float normed(float x, float sc, float w)
+{
+    precise float v = x * sc;
+    precise float r = v * w;
+    return r;
+}
+#endif
+
+/* Key i of the batch (row i / kv_dim, dimension d of its head), normed
+ * where the heads are. */
+float key_at(uint i, uint d)
+{
+#ifdef QK_NORM
+    const uint h = (i % (pc.n_head_kv * pc.head_dim)) / pc.head_dim;
+    return normed(k[i], head_scale[pc.n_head + h], kw[d]);
+#else
+    return k[i];
+#endif
+}
 
 /* Which of K and V kv_src_bits reads (set before kv_word). */
 bool reading_keys;
@@ -36,17 +97,89 @@ uint kv_src_bits(uint i)
     const uint kv_dim = pc.n_head_kv * pc.head_dim;
     const uint row = i / kv_dim, d = i % pc.head_dim;
     if (d >= pc.n_rot)
-        return floatBitsToUint(k[i]);
+        return floatBitsToUint(key_at(i, d));
     bool is_b;
     const uint p = rope_pair(d, pc.n_rot, pc.style, is_b);
     const uint head0 = i - d;
-    const float xa = k[head0 + rope_a(p, pc.n_rot, pc.style)];
-    const float xb = k[head0 + rope_b(p, pc.n_rot, pc.style)];
+    const uint da = rope_a(p, pc.n_rot, pc.style);
+    const uint db = rope_b(p, pc.n_rot, pc.style);
+    const float xa = key_at(head0 + da, da), xb = key_at(head0 + db, db);
     const uint at = (row * (pc.n_rot / 2u) + p) * 2u;
     const float c = cs[at], s = cs[at + 1u];
     return floatBitsToUint(is_b ? rope_rotated_b(xa, xb, c, s)
                                 : rope_rotated_a(xa, xb, c, s));
 }
+
+#ifdef QK_NORM
+
+/* The scales of row `row`'s heads into head_scale. */
+void find_head_scales(uint row, uint tid)
+{
+    const uint n_heads = pc.n_head + pc.n_head_kv, nsg = norm_subgroups();
+    const uint team = tid / NORM_LANES, lane = tid % NORM_LANES;
+    for (uint h = team; h < n_heads; h += QKN_TEAMS) {
+        norm_keys = h >= pc.n_head;
+        const uint base = norm_keys
+            ? (row * pc.n_head_kv + (h - pc.n_head)) * pc.head_dim
+            : (row * pc.n_head + h) * pc.head_dim;
+        NORM_PUT(part, h * nsg, lane, norm_lane_sum(base, pc.head_dim, lane))
+    }
+    barrier();
+    for (uint h = tid; h < n_heads; h += QKN_TEAMS * NORM_LANES) {
+        precise float scale;
+        NORM_SCALE(part, h * nsg, pc.head_dim, pc.eps, scale)
+        head_scale[h] = scale;
+    }
+    barrier();
+}
+
+/* Row `row`'s queries normed and rotated in place: the thread of a pair's
+ * first dimension writes both (no other thread reads them), dimensions
+ * past n_rot are only normed. */
+void rope_normed_queries(uint row, uint tid)
+{
+    const uint width = pc.n_head * pc.head_dim, row0 = row * width;
+    for (uint j = tid; j < width; j += QKN_TEAMS * NORM_LANES) {
+        const uint d = j % pc.head_dim, head0 = row0 + j - d;
+        const float sc = head_scale[j / pc.head_dim];
+        if (d >= pc.n_rot) {
+            q[row0 + j] = normed(q[row0 + j], sc, qw[d]);
+            continue;
+        }
+        bool is_b;
+        const uint p = rope_pair(d, pc.n_rot, pc.style, is_b);
+        if (is_b)
+            continue;
+        const uint db = rope_b(p, pc.n_rot, pc.style);
+        const float xa = normed(q[head0 + d], sc, qw[d]);
+        const float xb = normed(q[head0 + db], sc, qw[db]);
+        const uint at = (row * (pc.n_rot / 2u) + p) * 2u;
+        const float c = cs[at], s = cs[at + 1u];
+        q[head0 + d] = rope_rotated_a(xa, xb, c, s);
+        q[head0 + db] = rope_rotated_b(xa, xb, c, s);
+    }
+}
+
+void main()
+{
+    const uint row = gl_WorkGroupID.x, tid = gl_LocalInvocationID.x;
+    find_head_scales(row, tid);
+    rope_normed_queries(row, tid);
+    const kv_layout L = kv_layout(pc.n_rows, pc.n_head_kv * pc.head_dim,
+                                  pc.type, pc.block, pc.row_bytes);
+    const uint words = pc.row_bytes / 4u;
+    for (uint j = tid; j < 2u * words; j += QKN_TEAMS * NORM_LANES) {
+        reading_keys = j < words;
+        const uint wi = row * words + (reading_keys ? j : j - words);
+        const uint at = pc.dst_word0 + wi;
+        if (reading_keys)
+            k_stage[at] = kv_word(L, wi, k_stage[at]);
+        else
+            v_stage[at] = kv_word(L, wi, v_stage[at]);
+    }
+}
+
+#else
 
 void main()
 {
@@ -67,3 +200,5 @@ void main()
     else
         v_stage[at] = kv_word(L, id, v_stage[at]);
 }
+
+#endif

@@ -1654,20 +1654,46 @@ static void test_matmul_norm_forms_give_the_bits_of_rmsnorm_then_matmul(
 
 /* ---- rope_kv_store ---- */
 
-/* The fused dispatch gives the bits of rope on q and k, then kv_store of k
- * and v: for every KV type, both RoPE styles, partial rotation. */
-static void check_rope_kv_store(enum kv_type type, int style, int n_rot)
+/* n_rows x n_groups groups of dim values of buffer b normed in place by
+ * the rmsnorm shader with weights w. */
+static void rmsnorm_in_place(struct vk_buffer *b, struct vk_buffer *w,
+                             int n_groups, int dim, float eps)
 {
-    const int n_rows = 3, n_head = 4, n_head_kv = 2, head_dim = 64;
+    struct vk_push_rmsnorm pn = {(uint32_t)dim, (uint32_t)n_groups, eps};
+    run("rmsnorm", 3, (const struct vk_buffer *[]){b, b, w}, &pn, sizeof pn,
+        (uint32_t)n_groups, 1, 1);
+}
+
+/* One case of rope_kv_store: with norms, rope_kv_store_norm against
+ * rmsnorm of each head of q and k first. */
+struct rkv_case {
+    enum kv_type type;
+    int style, n_rot, head_dim;
+    bool norms;
+};
+
+/* The fused dispatch gives the bits of rope on q and k, then kv_store of k
+ * and v (with norms: of rmsnorm on each head of q and k first). */
+static void check_rope_kv_store(const struct rkv_case *c)
+{
+    const int n_rows = 3, n_head = 4, n_head_kv = 2, head_dim = c->head_dim;
+    const int n_rot = c->n_rot;
+    const enum kv_type type = c->type;
+    const float eps = 1e-6f;
     struct kv_cache *kv = new_cache(type, n_head_kv, head_dim, 32, 8, NULL,
                                     0, 0);
-    uint64_t s = 4321 + (uint64_t)type * 3 + (uint64_t)style;
+    uint64_t s = 4321 + (uint64_t)type * 3 + (uint64_t)c->style +
+                 (uint64_t)head_dim;
     const size_t nq = (size_t)n_rows * n_head * head_dim;
     const size_t nk = (size_t)n_rows * kv->kv_dim;
     float *q = random_floats(nq, -1.0f, 1.0f, &s);
-    float *k = kv_input(type, n_rows, kv->kv_dim, kv->block, &s);
+    /* normed keys from kv_input's extremes would all be NaN or 0 */
+    float *k = c->norms ? random_floats(nk, -3.0f, 3.0f, &s)
+                        : kv_input(type, n_rows, kv->kv_dim, kv->block, &s);
     float *v = kv_input(type, n_rows, kv->kv_dim, kv->block, &s);
     float *cs = random_floats((size_t)n_rows * n_rot, -1.0f, 1.0f, &s);
+    float *qw = random_floats((size_t)head_dim, 0.5f, 1.5f, &s);
+    float *kw = random_floats((size_t)head_dim, 0.5f, 1.5f, &s);
     const size_t room = ((size_t)n_rows * kv->row_bytes + 3) / 4 * 4 + 8;
     uint8_t *want_k = malloc(room), *want_v = malloc(room);
     /* the fused dispatch writes from word `shift` on (in place in a
@@ -1678,15 +1704,21 @@ static void check_rope_kv_store(enum kv_type type, int style, int n_rot)
     float *want_q = malloc(nq * 4), *got_q = malloc(nq * 4);
     memset(got_k, 0xa5, room + 4 * shift);
 
-    /* rope on q and k, then kv_store of each */
+    /* rmsnorm, rope on q and k, then kv_store of each */
     struct vk_buffer bq = buffer_with(q, nq * 4), bk = buffer_with(k, nk * 4);
     struct vk_buffer bv = buffer_with(v, nk * 4);
     struct vk_buffer bc = buffer_with(cs, (size_t)n_rows * n_rot * 4);
+    struct vk_buffer bqw = buffer_with(qw, (size_t)head_dim * 4);
+    struct vk_buffer bkw = buffer_with(kw, (size_t)head_dim * 4);
     struct vk_buffer sk = buffer_with(got_k, room), sv = buffer_with(got_k,
                                                                      room);
+    if (c->norms) {
+        rmsnorm_in_place(&bq, &bqw, n_rows * n_head, head_dim, eps);
+        rmsnorm_in_place(&bk, &bkw, n_rows * n_head_kv, head_dim, eps);
+    }
     struct vk_push_rope rq = {(uint32_t)n_rows, (uint32_t)n_head,
                               (uint32_t)head_dim, (uint32_t)n_rot,
-                              (uint32_t)style};
+                              (uint32_t)c->style};
     struct vk_push_rope rk = rq;
     rk.n_heads = (uint32_t)n_head_kv;
     run("rope", 2, (const struct vk_buffer *[]){&bq, &bc}, &rq, sizeof rq,
@@ -1717,33 +1749,56 @@ static void check_rope_kv_store(enum kv_type type, int style, int n_rot)
     sv = buffer_with(got_k, room + 4 * shift);
     struct vk_push_rope_kv_store pf = {
         (uint32_t)n_rows, (uint32_t)n_head, (uint32_t)n_head_kv,
-        (uint32_t)head_dim, (uint32_t)n_rot, (uint32_t)style,
-        (uint32_t)type, (uint32_t)kv->block, (uint32_t)kv->row_bytes, shift};
+        (uint32_t)head_dim, (uint32_t)n_rot, (uint32_t)c->style,
+        (uint32_t)type, (uint32_t)kv->block, (uint32_t)kv->row_bytes, shift,
+        eps};
+    const struct vk_buffer *fused[] = {&bq, &bk, &bv, &bc,
+                                       &sk, &sv, &bqw, &bkw};
     uint32_t pairs = ceil_div((uint64_t)n_rows * n_head * (n_rot / 2), 64);
-    run("rope_kv_store", 6,
-        (const struct vk_buffer *[]){&bq, &bk, &bv, &bc, &sk, &sv}, &pf,
-        sizeof pf, pairs > words ? pairs : words, 3, 1);
+    if (c->norms)
+        run("rope_kv_store_norm", 8, fused, &pf, sizeof pf,
+            (uint32_t)n_rows, 1, 1);
+    else
+        run("rope_kv_store", 6, fused, &pf, sizeof pf,
+            pairs > words ? pairs : words, 3, 1);
+    const char *shader = c->norms ? "rope_kv_store_norm" : "rope_kv_store";
     download(&bq, got_q, nq * 4);
     download(&sk, got_k, room + 4 * shift);
     download(&sv, got_v, room + 4 * shift);
-    expect_same_bits(got_q, want_q, nq, "rope_kv_store's queries",
-                     kv_type_name(type));
+    expect_same_bits(got_q, want_q, nq, "the queries", shader);
     if (memcmp(got_k + 4 * shift, want_k, room) ||
         memcmp(got_v + 4 * shift, want_v, room))
-        fail_msg("rope_kv_store %s style %d n_rot %d: staged rows differ "
-                 "from rope then kv_store", kv_type_name(type), style,
-                 n_rot);
+        fail_msg("%s %s style %d n_rot %d head_dim %d: staged rows differ "
+                 "from the separate dispatches", shader, kv_type_name(type),
+                 c->style, n_rot, head_dim);
     for (size_t i = 0; i < 4 * shift; i++)
         if (got_k[i] != 0xa5 || got_v[i] != 0xa5)
-            fail_msg("rope_kv_store %s: byte %zu before word %u was "
-                     "overwritten", kv_type_name(type), i, shift);
-    struct vk_buffer *all[] = {&bq, &bk, &bv, &bc, &sk, &sv};
+            fail_msg("%s %s: byte %zu before word %u was overwritten",
+                     shader, kv_type_name(type), i, shift);
+    struct vk_buffer *all[] = {&bq, &bk, &bv, &bc, &sk, &sv, &bqw, &bkw};
     for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
         vk_buffer_free(dev, all[i]);
-    free(q), free(k), free(v), free(cs);
+    free(q), free(k), free(v), free(cs), free(qw), free(kw);
     free(want_k), free(want_v), free(got_k), free(got_v);
     free(want_q), free(got_q);
     kv_free(kv);
+}
+
+static void check_rope_kv_store_cases(bool norms)
+{
+    const enum kv_type types[] = {KV_F32, KV_F16, KV_Q8_0};
+    for (size_t t = 0; t < sizeof types / sizeof types[0]; t++)
+        for (int style = 0; style < 2; style++) {
+            struct rkv_case c = {types[t], style, 64, 64, norms};
+            check_rope_kv_store(&c);
+            c.n_rot = 32;   /* the rest of each head only normed */
+            check_rope_kv_store(&c);
+            if (types[t] != KV_Q8_0) {
+                /* heads narrower than the norm's lanes' first step */
+                c.head_dim = c.n_rot = 40;
+                check_rope_kv_store(&c);
+            }
+        }
 }
 
 static void test_rope_kv_store_gives_the_bits_of_rope_then_kv_store(
@@ -1751,12 +1806,74 @@ static void test_rope_kv_store_gives_the_bits_of_rope_then_kv_store(
 {
     (void)state;
     REQUIRE_DEVICE();
-    const enum kv_type types[] = {KV_F32, KV_F16, KV_Q8_0};
-    for (size_t t = 0; t < sizeof types / sizeof types[0]; t++)
-        for (int style = 0; style < 2; style++) {
-            check_rope_kv_store(types[t], style, 64);
-            check_rope_kv_store(types[t], style, 32);
+    check_rope_kv_store_cases(false);
+}
+
+static void test_rope_kv_store_norm_gives_the_bits_of_rmsnorm_first(
+    void **state)
+{
+    (void)state;
+    REQUIRE_DEVICE();
+    check_rope_kv_store_cases(true);
+}
+
+/* ---- rmsnorm_add ---- */
+
+/* rmsnorm_add gives y the bits of rmsnorm of x then add into y. */
+static void check_rmsnorm_add(int dim, int n_rows, uint64_t seed)
+{
+    uint64_t s = seed;
+    const size_t n = (size_t)dim * n_rows;
+    const float eps = 1e-6f;
+    float *x = random_floats(n, -2.0f, 2.0f, &s);
+    float *y = random_floats(n, -4.0f, 4.0f, &s);
+    float *wt = random_floats((size_t)dim, 0.5f, 1.5f, &s);
+    float *want = malloc(n * 4), *got = malloc(n * 4);
+    struct vk_buffer bx = buffer_with(x, n * 4), by = buffer_with(y, n * 4);
+    struct vk_buffer bw = buffer_with(wt, (size_t)dim * 4);
+    rmsnorm_in_place(&bx, &bw, n_rows, dim, eps);
+    struct vk_push_add pa = {(uint32_t)n, 0};
+    run("add", 2, (const struct vk_buffer *[]){&by, &bx}, &pa, sizeof pa,
+        ceil_div(n, 256), 1, 1);
+    download(&by, want, n * 4);
+    vk_buffer_free(dev, &bx);
+    vk_buffer_free(dev, &by);
+
+    bx = buffer_with(x, n * 4);
+    by = buffer_with(y, n * 4);
+    struct vk_push_rmsnorm pn = {(uint32_t)dim, (uint32_t)n_rows, eps};
+    run("rmsnorm_add", 3, (const struct vk_buffer *[]){&bx, &by, &bw}, &pn,
+        sizeof pn, (uint32_t)n_rows, 1, 1);
+    download(&by, got, n * 4);
+    expect_same_bits(got, want, n, "the sums", "rmsnorm_add");
+    /* and the sum is y + x normed, within rmsnorm's tolerance */
+    for (int r = 0; r < n_rows; r++) {
+        const float *xr = x + (size_t)r * dim;
+        double sum = 0.0;
+        for (int i = 0; i < dim; i++)
+            sum += (double)xr[i] * xr[i];
+        float scale = 1.0f / sqrtf((float)(sum / dim) + eps);
+        for (int i = 0; i < dim; i++) {
+            size_t at = (size_t)r * dim + i;
+            float w = y[at] + xr[i] * scale * wt[i];
+            if (!(fabsf(got[at] - w) <= 1e-5f * (fabsf(y[at]) + 4.0f)))
+                fail_msg("rmsnorm_add dim %d row %d [%d]: %.9g, want %.9g",
+                         dim, r, i, got[at], w);
         }
+    }
+    vk_buffer_free(dev, &bx);
+    vk_buffer_free(dev, &by);
+    vk_buffer_free(dev, &bw);
+    free(x), free(y), free(wt), free(want), free(got);
+}
+
+static void test_rmsnorm_add_gives_the_bits_of_rmsnorm_then_add(void **state)
+{
+    (void)state;
+    REQUIRE_DEVICE();
+    check_rmsnorm_add(384, 3, 11);
+    check_rmsnorm_add(4096, 2, 12);
+    check_rmsnorm_add(7, 5, 13);
 }
 
 /* ---- the embedded table ---- */
@@ -1773,8 +1890,8 @@ static void test_every_shader_is_embedded(void **state)
         "matmul_t8_q5_0", "matmul_rows_f32", "matmul_rows_f16", "matmul_rows_bf16",
         "matmul_rows_q8_0", "matmul_rows_q4_0", "matmul_rows_q5_0",
         "matmul_rows_q4_k", "matmul_rows_q6_k",
-        "rmsnorm", "rope", "add", "gated_act", "kv_store", "rope_kv_store",
-        "attention", "attention_cpu"};
+        "rmsnorm", "rmsnorm_add", "rope", "add", "gated_act", "kv_store",
+        "rope_kv_store", "rope_kv_store_norm", "attention", "attention_cpu"};
     for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
         const struct vk_spirv *sh = vk_shader_find(names[i]);
         if (!sh)
@@ -1796,6 +1913,9 @@ int main(void)
             test_matmul_fused_forms_give_the_bits_of_separate_ops),
         cmocka_unit_test(
             test_rope_kv_store_gives_the_bits_of_rope_then_kv_store),
+        cmocka_unit_test(
+            test_rope_kv_store_norm_gives_the_bits_of_rmsnorm_first),
+        cmocka_unit_test(test_rmsnorm_add_gives_the_bits_of_rmsnorm_then_add),
         cmocka_unit_test(test_matmul_f32_matches_dequantized_rows),
         cmocka_unit_test(test_matmul_f16_matches_dequantized_rows),
         cmocka_unit_test(test_matmul_bf16_matches_dequantized_rows),

@@ -23,11 +23,13 @@
 #             joined by commas, for variants that differ by a setting
 #             rather than a build
 #   ROUNDS    rounds, each benchmarking every variant once (default 4)
-#   SHAPE     the model shape (default llama3.2-1b), Q8_0
+#   MODELS    the models, separated by spaces: shapes for `kakeya mkmodel`
+#             (Q8_0) or .gguf files of the tree (default llama3.2-1b);
+#             every round benchmarks every variant on each
 #   BANDWIDTH the GPU's bandwidth in GB/s, for the roofline (default 4800)
 #   TESTS=1   run test_vk_ops on the GPU first
 #   PROFILE   variants (as VARIANTS) to time per dispatch afterwards
-#             (KAKEYA_VK_PROFILE=1, a --quick bench)
+#             (KAKEYA_VK_PROFILE=1, a --quick bench on the first model)
 #   OUT       where the reports go (default /tmp/gpu-ab); they are packed
 #             into OUT/all.tgz, since a device call brings back few files
 #
@@ -100,23 +102,35 @@ run() {
         /tmp/kk-ab/bin/test_vk_ops > "$out/test_vk_ops.txt" 2>&1
         echo "test_vk_ops rc=$?: $(tail -n 1 "$out/test_vk_ops.txt")"
     fi
-    model=/tmp/kk-ab/${SHAPE:-llama3.2-1b}-q8_0.gguf
-    /tmp/kk-ab/bin/kakeya mkmodel --shape "${SHAPE:-llama3.2-1b}" \
-        --type Q8_0 -o "$model" > /dev/null || return 1
-    local variants=${VARIANTS:-"base:kakeya-base: new:kakeya:"} r v name
+    local files=() m
+    for m in ${MODELS:-llama3.2-1b}; do
+        if [ "${m%.gguf}" != "$m" ]; then
+            files+=("$m")
+            continue
+        fi
+        model=/tmp/kk-ab/$m-q8_0.gguf
+        /tmp/kk-ab/bin/kakeya mkmodel --shape "$m" --type Q8_0 \
+            -o "$model" > /dev/null || return 1
+        files+=("$model")
+    done
+    local variants=${VARIANTS:-"base:kakeya-base: new:kakeya:"} r v name tag
     for r in $(seq 1 "${ROUNDS:-4}"); do
-        for v in $variants; do
-            name=${v%%:*}
-            variant "$v" bench -m "$model" --backend vulkan \
-                --bandwidth "${BANDWIDTH:-4800}" \
-                > "$out/bench-$name-$r.json" 2> "$out/bench-$name-$r.err"
-            summary "$out/bench-$name-$r.json" "$name round $r"
+        for model in "${files[@]}"; do
+            tag=$(basename "$model" .gguf)
+            for v in $variants; do
+                name=${v%%:*}
+                variant "$v" bench -m "$model" --backend vulkan \
+                    --bandwidth "${BANDWIDTH:-4800}" \
+                    > "$out/bench-$tag-$name-$r.json" \
+                    2> "$out/bench-$tag-$name-$r.err"
+                summary "$out/bench-$tag-$name-$r.json" "$tag $name round $r"
+            done
         done
     done
     for v in ${PROFILE:-}; do
         name=${v%%:*}
-        KAKEYA_VK_PROFILE=1 variant "$v" bench -m "$model" --backend vulkan \
-            --quick > /dev/null 2> "$out/profile-$name.err"
+        KAKEYA_VK_PROFILE=1 variant "$v" bench -m "${files[0]}" \
+            --backend vulkan --quick > /dev/null 2> "$out/profile-$name.err"
         echo "== $name"
         grep -E "^  [a-z]" "$out/profile-$name.err" | grep -v "host\|stats"
     done

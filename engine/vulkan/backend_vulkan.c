@@ -74,8 +74,8 @@ struct vk_backend {
      * device's subgroups are their width (has_decode_form). */
     bool has_decode_form;
     struct vk_pipeline matmul_dec[2][N_MATMUL];
-    struct vk_pipeline rmsnorm, rope, add, gated_act, kv_store, rope_kv_store,
-        attention;
+    struct vk_pipeline rmsnorm, rmsnorm_add, rope, add, gated_act, kv_store,
+        rope_kv_store, rope_kv_store_norm, attention;
     /* Host data of the pass being recorded (upload_alloc). The GPU may read
      * a region as soon as the copy that reads it is recorded, since chunks
      * of the pass are submitted while it is recorded; that is safe because
@@ -252,6 +252,9 @@ static int make_pipelines(struct vk_backend *be, struct kk_error *err)
         return -1;
     return make_pipeline(be, "rmsnorm", 3, sizeof(struct vk_push_rmsnorm),
                          &be->rmsnorm, err) ||
+           make_pipeline(be, "rmsnorm_add", 3,
+                         sizeof(struct vk_push_rmsnorm), &be->rmsnorm_add,
+                         err) ||
            make_pipeline(be, "rope", 2, sizeof(struct vk_push_rope),
                          &be->rope, err) ||
            make_pipeline(be, "add", 2, sizeof(struct vk_push_add), &be->add,
@@ -263,6 +266,9 @@ static int make_pipelines(struct vk_backend *be, struct kk_error *err)
            make_pipeline(be, "rope_kv_store", 6,
                          sizeof(struct vk_push_rope_kv_store),
                          &be->rope_kv_store, err) ||
+           make_pipeline(be, "rope_kv_store_norm", 8,
+                         sizeof(struct vk_push_rope_kv_store),
+                         &be->rope_kv_store_norm, err) ||
            make_pipeline(be, rowwise ? "attention_cpu" : "attention", 6,
                          sizeof(struct vk_push_attention), &be->attention,
                          err)
@@ -355,9 +361,10 @@ static void vkb_free(struct backend *base)
         vk_buffer_free(be->dev, &be->rope_tables[i].buf);
     vk_buffer_free(be->dev, &be->upload);
     vk_buffer_free(be->dev, &be->readback);
-    struct vk_pipeline *ps[] = {&be->rmsnorm, &be->rope, &be->add,
-                                &be->gated_act, &be->kv_store,
-                                &be->rope_kv_store, &be->attention};
+    struct vk_pipeline *ps[] = {&be->rmsnorm, &be->rmsnorm_add, &be->rope,
+                                &be->add, &be->gated_act, &be->kv_store,
+                                &be->rope_kv_store, &be->rope_kv_store_norm,
+                                &be->attention};
     for (size_t i = 0; i < sizeof ps / sizeof ps[0]; i++)
         vk_pipeline_free(be->dev, ps[i]);
     for (int f = 0; f < N_GPU_FORMS; f++)
@@ -756,11 +763,12 @@ static void vkb_copy_rows(struct backend *base, struct be_tensor *dst,
          (VkDeviceSize)n * row);
 }
 
-static void vkb_rmsnorm(struct backend *base, struct be_tensor *y,
-                        const struct be_tensor *x, const float *weight,
-                        int n_groups, int dim, float eps)
+/* rmsnorm's dispatch, or rmsnorm_add's (p): y = or += x normed. */
+static void norm_dispatch(struct vk_backend *be, const struct vk_pipeline *p,
+                          struct be_tensor *y, const struct be_tensor *x,
+                          const float *weight, int n_groups, int dim,
+                          float eps)
 {
-    struct vk_backend *be = vkb(base);
     const struct vk_buffer *wb = vk_model_find(be->weights, weight);
     if (!wb) {
         pass_fail(be, "internal: a norm vector is not on the GPU");
@@ -769,7 +777,23 @@ static void vkb_rmsnorm(struct backend *base, struct be_tensor *y,
     struct vk_push_rmsnorm pc = {.dim = (uint32_t)dim,
                                  .n_groups = (uint32_t)n_groups, .eps = eps};
     const struct vk_buffer *bufs[] = {buf(x), buf(y), wb};
-    dispatch(be, &be->rmsnorm, bufs, &pc, (uint32_t)n_groups, 1, 1);
+    dispatch(be, p, bufs, &pc, (uint32_t)n_groups, 1, 1);
+}
+
+static void vkb_rmsnorm(struct backend *base, struct be_tensor *y,
+                        const struct be_tensor *x, const float *weight,
+                        int n_groups, int dim, float eps)
+{
+    struct vk_backend *be = vkb(base);
+    norm_dispatch(be, &be->rmsnorm, y, x, weight, n_groups, dim, eps);
+}
+
+static void vkb_norm_add(struct backend *base, struct be_tensor *x,
+                         struct be_tensor *y, const float *weight, int n,
+                         int dim, float eps)
+{
+    struct vk_backend *be = vkb(base);
+    norm_dispatch(be, &be->rmsnorm_add, x, y, weight, n, dim, eps);
 }
 
 /* The angle table of this pass for (base, n_rot), made on first use. */
@@ -906,6 +930,17 @@ static void vkb_rope_kv_store(struct backend *base, struct kv_cache *kv,
                               int head_dim, const struct be_rope *rope)
 {
     struct vk_backend *be = vkb(base);
+    /* Heads normed in this dispatch where its workgroups (one a row) can,
+     * else by rmsnorm dispatches first. */
+    const bool fold_norms =
+        rope->q_norm && kv->row_bytes % 4 == 0 &&
+        n_head + n_head_kv <= VK_QK_NORM_MAX_HEADS;
+    if (rope->q_norm && !fold_norms) {
+        vkb_rmsnorm(base, q, q, rope->q_norm, n * n_head, head_dim,
+                    rope->norm_eps);
+        vkb_rmsnorm(base, k, k, rope->k_norm, n * n_head_kv, head_dim,
+                    rope->norm_eps);
+    }
     const struct vk_buffer *cs = rope_table(be, n, rope->n_rot, rope->pos,
                                             rope->base);
     if (!cs)
@@ -919,7 +954,21 @@ static void vkb_rope_kv_store(struct backend *base, struct kv_cache *kv,
         .type = (uint32_t)kv->type, .block = (uint32_t)kv->block,
         .row_bytes = (uint32_t)kv->row_bytes,
         .dst_word0 = st.row0 * (uint32_t)(kv->row_bytes / 4),
+        .eps = rope->norm_eps,
     };
+    if (fold_norms) {
+        const struct vk_buffer *qw = vk_model_find(be->weights, rope->q_norm);
+        const struct vk_buffer *kw = vk_model_find(be->weights, rope->k_norm);
+        if (!qw || !kw) {
+            pass_fail(be, "internal: a q/k norm vector is not on the GPU");
+            return;
+        }
+        const struct vk_buffer *bufs[] = {buf(q), buf(k), buf(v), cs,
+                                          st.k,   st.v,   qw,     kw};
+        dispatch(be, &be->rope_kv_store_norm, bufs, &pc, (uint32_t)n, 1, 1);
+        kv_stage_mark(kv, il, pos0, n);
+        return;
+    }
     uint32_t pairs = groups_of((int64_t)n * n_head * (rope->n_rot / 2), 64);
     uint32_t words = groups_of(groups_of((int64_t)n * (int64_t)kv->row_bytes,
                                          4), 64);
@@ -987,7 +1036,8 @@ static const struct backend_ops vk_ops = {
     .matmul = vkb_matmul,
     .matmul_multi = vkb_matmul_multi, .matmul_add = vkb_matmul_add,
     .gated_matmul = vkb_gated_matmul, .rope_kv_store = vkb_rope_kv_store,
-    .copy_rows = vkb_copy_rows, .rmsnorm = vkb_rmsnorm, .rope = vkb_rope,
+    .copy_rows = vkb_copy_rows, .rmsnorm = vkb_rmsnorm,
+    .norm_add = vkb_norm_add, .rope = vkb_rope,
     .gated_act = vkb_gated_act, .add = vkb_add, .add_row = vkb_add_row,
     .kv_store = vkb_kv_store, .kv_commit = vkb_kv_commit,
     .attention = vkb_attention,

@@ -129,6 +129,9 @@ struct vk_push_rmsnorm {
     uint32_t dim, n_groups;
     float eps;
 };
+/* rmsnorm_add: y += x / sqrt(mean(x^2) + eps) * w, the same bindings, push
+ * constants and grid with Y a second buffer (not X): the bits of rmsnorm
+ * into X, then add of X into Y. */
 
 /* rope: rotates the first n_rot dims of each of n_heads heads (head_dim
  * apart) of n_rows rows, in place. style 0 (NORM) pairs (2i, 2i+1),
@@ -184,7 +187,16 @@ struct vk_push_kv_store {
 struct vk_push_rope_kv_store {
     uint32_t n_rows, n_head, n_head_kv, head_dim, n_rot, style;
     uint32_t type, block, row_bytes, dst_word0;
+    float eps;   /* rope_kv_store_norm's */
 };
+/* rope_kv_store_norm: rope_kv_store of Q and K whose every head was first
+ * RMS-normed with eps (the bits of rmsnorm over groups of head_dim values
+ * of Q, with weights QW, and of K, with KW, then rope_kv_store), for rows
+ * that start on a word (row_bytes % 4 == 0) and at most
+ * VK_QK_NORM_MAX_HEADS heads of Q and K together. bindings: those of
+ * rope_kv_store, then 6 QW, 7 KW (float, head_dim each).
+ * grid: (n_rows, 1, 1), one workgroup per row. */
+enum { VK_QK_NORM_MAX_HEADS = 128 };
 
 /* attention: for query row t (position p = pos0 + t) and head h:
  *   out[t][h] = sum_k softmax_k(scale * q[t][h] . K[k][g]) V[k][g],
