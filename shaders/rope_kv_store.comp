@@ -9,15 +9,14 @@
  *
  * With -DQK_NORM (rope_kv_store_norm) each head of Q and K is RMS-normed
  * first (qwen3, gemma3), as rmsnorm.comp norms groups of head_dim values:
- * one workgroup per token row finds every head's scale with norm.glsl (the
- * code rmsnorm runs, so the same bits), in QKN_TEAMS teams of NORM_LANES
- * taking heads in turn, then rotates the row's normed queries and stores
- * its normed, rotated keys and its values. A head's normed value is
- * rounded to a float before it is rotated, as when rmsnorm stores it. A
- * decode pass of gemma3 loses two dispatches a layer, each a wait. The
- * workgroup writes the words of its own row only, so rows must start on a
- * word (row_bytes % 4 == 0; the host checks, and norms separately
- * otherwise). */
+ * one workgroup of NORM_LANES per head of a row, as rmsnorm has one per
+ * group, finds its head's scale with norm.glsl (the code rmsnorm runs, so
+ * the same bits), then rotates the head's normed queries, or stores the
+ * head's normed, rotated keys and its values (the words of a head: its
+ * rows' bytes must split into heads of whole words; the host checks, and
+ * norms separately otherwise). A head's normed value is rounded to a float
+ * before it is rotated, as when rmsnorm stores it. A decode pass of gemma3
+ * loses two dispatches a layer, each a wait. */
 #version 450
 
 #extension GL_KHR_shader_subgroup_basic : require
@@ -26,13 +25,7 @@
 #include "kv_convert.glsl"
 #include "rope.glsl"
 
-#ifdef QK_NORM
-#define QKN_TEAMS 4u
-#define QKN_MAX_HEADS 128u
-layout(local_size_x = 256) in;
-#else
-layout(local_size_x = 64) in;
-#endif
+layout(local_size_x = 64) in;   /* with QK_NORM, NORM_LANES */
 
 layout(std430, binding = 0) buffer QBuf { float q[]; };
 layout(std430, binding = 1) readonly buffer KBuf { float k[]; };
@@ -54,18 +47,17 @@ layout(std430, binding = 1) readonly buffer KBuf4 { vec4 k4[]; };
 layout(std430, binding = 6) readonly buffer QWBuf { float qw[]; };
 layout(std430, binding = 7) readonly buffer KWBuf { float kw[]; };
 
-/* norm.glsl reads the head being summed from Q or K. */
+/* norm.glsl reads the workgroup's head from Q or K. */
 bool norm_keys;
 #define NORM_X4(i) (norm_keys ? k4[i] : q4[i])
 #define NORM_X(i) (norm_keys ? k[i] : q[i])
 #include "norm.glsl"
 
-/* Each head's subgroup sums (NORM_PUT; subgroups may be as narrow as 4),
- * then its scale: heads 0 .. n_head - 1 of Q, then those of K. */
-shared float part[QKN_MAX_HEADS * (NORM_LANES / 4u)];
-shared float head_scale[QKN_MAX_HEADS];
+shared float part[NORM_LANES / 4u];   /* subgroups may be 4 wide */
+/* The workgroup's head's scale. */
+float head_scale;
 
-/* rmsnorm's output for value x of dimension d, in a head of scale sc. */
+/* rmsnorm's output for value x of a head of scale sc, with weight w. */
 float normed(float x, float sc, float w)
 {
     precise float v = x * sc;
@@ -79,8 +71,7 @@ float normed(float x, float sc, float w)
 float key_at(uint i, uint d)
 {
 #ifdef QK_NORM
-    const uint h = (i % (pc.n_head_kv * pc.head_dim)) / pc.head_dim;
-    return normed(k[i], head_scale[pc.n_head + h], kw[d]);
+    return normed(k[i], head_scale, kw[d]);   /* i is in the head */
 #else
     return k[i];
 #endif
@@ -112,38 +103,14 @@ uint kv_src_bits(uint i)
 
 #ifdef QK_NORM
 
-/* The scales of row `row`'s heads into head_scale. */
-void find_head_scales(uint row, uint tid)
+/* Queries of the head from value head0 on, normed and rotated in place:
+ * the thread of a pair's first dimension writes both (no other thread
+ * reads them), dimensions past n_rot are only normed. */
+void rope_normed_queries(uint row, uint head0, uint lane)
 {
-    const uint n_heads = pc.n_head + pc.n_head_kv, nsg = norm_subgroups();
-    const uint team = tid / NORM_LANES, lane = tid % NORM_LANES;
-    for (uint h = team; h < n_heads; h += QKN_TEAMS) {
-        norm_keys = h >= pc.n_head;
-        const uint base = norm_keys
-            ? (row * pc.n_head_kv + (h - pc.n_head)) * pc.head_dim
-            : (row * pc.n_head + h) * pc.head_dim;
-        NORM_PUT(part, h * nsg, lane, norm_lane_sum(base, pc.head_dim, lane))
-    }
-    barrier();
-    for (uint h = tid; h < n_heads; h += QKN_TEAMS * NORM_LANES) {
-        precise float scale;
-        NORM_SCALE(part, h * nsg, pc.head_dim, pc.eps, scale)
-        head_scale[h] = scale;
-    }
-    barrier();
-}
-
-/* Row `row`'s queries normed and rotated in place: the thread of a pair's
- * first dimension writes both (no other thread reads them), dimensions
- * past n_rot are only normed. */
-void rope_normed_queries(uint row, uint tid)
-{
-    const uint width = pc.n_head * pc.head_dim, row0 = row * width;
-    for (uint j = tid; j < width; j += QKN_TEAMS * NORM_LANES) {
-        const uint d = j % pc.head_dim, head0 = row0 + j - d;
-        const float sc = head_scale[j / pc.head_dim];
+    for (uint d = lane; d < pc.head_dim; d += NORM_LANES) {
         if (d >= pc.n_rot) {
-            q[row0 + j] = normed(q[row0 + j], sc, qw[d]);
+            q[head0 + d] = normed(q[head0 + d], head_scale, qw[d]);
             continue;
         }
         bool is_b;
@@ -151,8 +118,8 @@ void rope_normed_queries(uint row, uint tid)
         if (is_b)
             continue;
         const uint db = rope_b(p, pc.n_rot, pc.style);
-        const float xa = normed(q[head0 + d], sc, qw[d]);
-        const float xb = normed(q[head0 + db], sc, qw[db]);
+        const float xa = normed(q[head0 + d], head_scale, qw[d]);
+        const float xb = normed(q[head0 + db], head_scale, qw[db]);
         const uint at = (row * (pc.n_rot / 2u) + p) * 2u;
         const float c = cs[at], s = cs[at + 1u];
         q[head0 + d] = rope_rotated_a(xa, xb, c, s);
@@ -160,17 +127,32 @@ void rope_normed_queries(uint row, uint tid)
     }
 }
 
+/* Workgroup (h, row): head h of the row's queries, or for h >= n_head key
+ * and value head h - n_head. */
 void main()
 {
-    const uint row = gl_WorkGroupID.x, tid = gl_LocalInvocationID.x;
-    find_head_scales(row, tid);
-    rope_normed_queries(row, tid);
+    const uint h = gl_WorkGroupID.x, row = gl_WorkGroupID.y;
+    const uint lane = gl_LocalInvocationID.x;
+    norm_keys = h >= pc.n_head;
+    const uint head0 = norm_keys
+        ? (row * pc.n_head_kv + (h - pc.n_head)) * pc.head_dim
+        : (row * pc.n_head + h) * pc.head_dim;
+    NORM_PUT(part, 0u, lane, norm_lane_sum(head0, pc.head_dim, lane))
+    barrier();
+    precise float scale;
+    NORM_SCALE(part, 0u, pc.head_dim, pc.eps, scale)
+    head_scale = scale;
+    if (!norm_keys) {
+        rope_normed_queries(row, head0, lane);
+        return;
+    }
     const kv_layout L = kv_layout(pc.n_rows, pc.n_head_kv * pc.head_dim,
                                   pc.type, pc.block, pc.row_bytes);
-    const uint words = pc.row_bytes / 4u;
-    for (uint j = tid; j < 2u * words; j += QKN_TEAMS * NORM_LANES) {
-        reading_keys = j < words;
-        const uint wi = row * words + (reading_keys ? j : j - words);
+    const uint head_words = pc.row_bytes / 4u / pc.n_head_kv;
+    const uint w0 = row * (pc.row_bytes / 4u) + (h - pc.n_head) * head_words;
+    for (uint j = lane; j < 2u * head_words; j += NORM_LANES) {
+        reading_keys = j < head_words;
+        const uint wi = w0 + (reading_keys ? j : j - head_words);
         const uint at = pc.dst_word0 + wi;
         if (reading_keys)
             k_stage[at] = kv_word(L, wi, k_stage[at]);

@@ -1757,7 +1757,7 @@ static void check_rope_kv_store(const struct rkv_case *c)
     uint32_t pairs = ceil_div((uint64_t)n_rows * n_head * (n_rot / 2), 64);
     if (c->norms)
         run("rope_kv_store_norm", 8, fused, &pf, sizeof pf,
-            (uint32_t)n_rows, 1, 1);
+            (uint32_t)(n_head + n_head_kv), (uint32_t)n_rows, 1);
     else
         run("rope_kv_store", 6, fused, &pf, sizeof pf,
             pairs > words ? pairs : words, 3, 1);

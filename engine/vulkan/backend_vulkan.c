@@ -930,11 +930,11 @@ static void vkb_rope_kv_store(struct backend *base, struct kv_cache *kv,
                               int head_dim, const struct be_rope *rope)
 {
     struct vk_backend *be = vkb(base);
-    /* Heads normed in this dispatch where its workgroups (one a row) can,
-     * else by rmsnorm dispatches first. */
+    /* Heads normed in this dispatch where its workgroups (one a head) can
+     * write whole words of their own, else by rmsnorm dispatches first. */
     const bool fold_norms =
-        rope->q_norm && kv->row_bytes % 4 == 0 &&
-        n_head + n_head_kv <= VK_QK_NORM_MAX_HEADS;
+        rope->q_norm && kv->row_bytes % (4 * (size_t)n_head_kv) == 0 &&
+        (kv->type != KV_Q8_0 || head_dim % kv->block == 0);
     if (rope->q_norm && !fold_norms) {
         vkb_rmsnorm(base, q, q, rope->q_norm, n * n_head, head_dim,
                     rope->norm_eps);
@@ -965,7 +965,8 @@ static void vkb_rope_kv_store(struct backend *base, struct kv_cache *kv,
         }
         const struct vk_buffer *bufs[] = {buf(q), buf(k), buf(v), cs,
                                           st.k,   st.v,   qw,     kw};
-        dispatch(be, &be->rope_kv_store_norm, bufs, &pc, (uint32_t)n, 1, 1);
+        dispatch(be, &be->rope_kv_store_norm, bufs, &pc,
+                 (uint32_t)(n_head + n_head_kv), (uint32_t)n, 1);
         kv_stage_mark(kv, il, pos0, n);
         return;
     }

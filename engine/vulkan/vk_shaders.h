@@ -192,11 +192,11 @@ struct vk_push_rope_kv_store {
 /* rope_kv_store_norm: rope_kv_store of Q and K whose every head was first
  * RMS-normed with eps (the bits of rmsnorm over groups of head_dim values
  * of Q, with weights QW, and of K, with KW, then rope_kv_store), for rows
- * that start on a word (row_bytes % 4 == 0) and at most
- * VK_QK_NORM_MAX_HEADS heads of Q and K together. bindings: those of
- * rope_kv_store, then 6 QW, 7 KW (float, head_dim each).
- * grid: (n_rows, 1, 1), one workgroup per row. */
-enum { VK_QK_NORM_MAX_HEADS = 128 };
+ * whose bytes split into n_head_kv heads of whole words (row_bytes /
+ * n_head_kv a multiple of 4; for q8_0, head_dim a multiple of block).
+ * bindings: those of rope_kv_store, then 6 QW, 7 KW (float, head_dim each).
+ * grid: (n_head + n_head_kv, n_rows, 1): a workgroup per head of a row, of
+ * Q, then of K and V. */
 
 /* attention: for query row t (position p = pos0 + t) and head h:
  *   out[t][h] = sum_k softmax_k(scale * q[t][h] . K[k][g]) V[k][g],
