@@ -4,10 +4,10 @@
  * An implementation embeds struct backend as the first member of its own
  * struct and fills a static table of ops; every op has the meaning and the
  * arguments of its be_ / backend_ counterpart in backend.h. The fused ops
- * (matmul_add, gated_matmul, rope_kv_store, norm_add) may be NULL: backend.c then
- * runs the ops they stand for, one after another. gated_matmul is only
- * given gate and up matrices of one type and shape (a mixed-type file's
- * pair goes the separate way). matmul, matmul_multi and gated_matmul are
+ * (matmul_add, gated_matmul, rope_kv_store, norm_add) may be NULL:
+ * backend.c then runs the ops they stand for, one after another.
+ * gated_matmul is only given gate and up matrices of one type and shape (a
+ * mixed-type file's pair goes the separate way). matmul, matmul_multi and gated_matmul are
  * given a norm only by a backend whose table sets folds_norm; for the
  * others backend.c runs rmsnorm first and passes NULL. */
 #ifndef KK_BACKEND_IMPL_H
