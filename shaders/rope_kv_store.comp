@@ -53,7 +53,7 @@ bool norm_keys;
 #define NORM_X(i) (norm_keys ? k[i] : q[i])
 #include "norm.glsl"
 
-shared float part[NORM_LANES / 4u];   /* subgroups may be 4 wide */
+shared float part[NORM_LANES];   /* a sum per subgroup, as in rmsnorm */
 /* The workgroup's head's scale. */
 float head_scale;
 
