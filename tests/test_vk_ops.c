@@ -524,6 +524,15 @@ static void test_matmul_q6_k_matches_dequantized_rows(void **state)
 
 /* ---- rmsnorm ---- */
 
+/* backend_cpu.c's be_rmsnorm scale of the dim values at xr. */
+static float cpu_rms_scale(const float *xr, int dim, float eps)
+{
+    double sum = 0.0;
+    for (int i = 0; i < dim; i++)
+        sum += (double)xr[i] * xr[i];
+    return 1.0f / sqrtf((float)(sum / dim) + eps);
+}
+
 static void check_rmsnorm(int dim, int n_groups, bool in_place, uint64_t seed)
 {
     uint64_t s = seed;
@@ -544,10 +553,7 @@ static void check_rmsnorm(int dim, int n_groups, bool in_place, uint64_t seed)
     /* backend_cpu.c's be_rmsnorm */
     for (int g = 0; g < n_groups; g++) {
         const float *xr = x + (size_t)g * dim;
-        double sum = 0.0;
-        for (int i = 0; i < dim; i++)
-            sum += (double)xr[i] * xr[i];
-        float scale = 1.0f / sqrtf((float)(sum / dim) + eps);
+        const float scale = cpu_rms_scale(xr, dim, eps);
         for (int i = 0; i < dim; i++) {
             float want = xr[i] * scale * wt[i];
             float got = y[(size_t)g * dim + i];
@@ -1849,10 +1855,7 @@ static void check_rmsnorm_add(int dim, int n_rows, uint64_t seed)
     /* and the sum is y + x normed, within rmsnorm's tolerance */
     for (int r = 0; r < n_rows; r++) {
         const float *xr = x + (size_t)r * dim;
-        double sum = 0.0;
-        for (int i = 0; i < dim; i++)
-            sum += (double)xr[i] * xr[i];
-        float scale = 1.0f / sqrtf((float)(sum / dim) + eps);
+        const float scale = cpu_rms_scale(xr, dim, eps);
         for (int i = 0; i < dim; i++) {
             size_t at = (size_t)r * dim + i;
             float w = y[at] + xr[i] * scale * wt[i];
