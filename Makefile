@@ -70,7 +70,8 @@ $(BUILD)/%.o: %.c
 # devices; matmul_one_norm_<t>, matmul_t4_norm_<t> and matmul_rows_norm_<t>
 # as those forms with the RMSNorm of their input folded in; matmul_dec_<t>
 # and matmul_dec_norm_<t>, decode on devices with 32-wide subgroups (the
-# output matrix). spirv.S pulls
+# output matrix); matmul_mma_q8_0, prefill's Q8_0 products as int8 tiles
+# on devices with NVIDIA's cooperative matrices. spirv.S pulls
 # every .spv in with .incbin; shader_list.h names them for vk_shaders.c's
 # table.
 MATMUL_TYPES := f32 f16 bf16 q8_0 q4_0 q5_0 q4_k q6_k
@@ -78,6 +79,7 @@ MATMUL_FORMS := matmul_ matmul_t8_ matmul_t4_ matmul_one_ matmul_rows_ \
                 matmul_one_norm_ matmul_t4_norm_ matmul_rows_norm_ \
                 matmul_dec_ matmul_dec_norm_
 SHADER_NAMES := $(foreach f,$(MATMUL_FORMS),$(MATMUL_TYPES:%=$(f)%)) \
+                matmul_mma_q8_0 \
                 rmsnorm rmsnorm_add rope add gated_act \
                 kv_store rope_kv_store rope_kv_store_norm attention \
                 attention_cpu
@@ -110,6 +112,7 @@ MATMUL_DEFS_t8_ := -DMM_NT=8 -DMM_TEAMS=4 -DMM_XT=4
 MATMUL_DEFS_t4_norm_ := $(MATMUL_DEFS_t4_) -DMM_NORM
 MATMUL_DEFS_dec_ := -DMM_NT=1 -DMM_TEAMS=2 -DMM_DECODE
 MATMUL_DEFS_dec_norm_ := $(MATMUL_DEFS_dec_) -DMM_NORM
+MATMUL_DEFS_mma_ := -DMM_NT=8 -DMM_TEAMS=2 -DMM_MMA
 MATMUL_DEFS_ :=
 define MATMUL_FORM_RULE
 $$(BUILD)/shaders/matmul_$(1)%.spv: shaders/matmul.comp $$(wildcard shaders/*.glsl) Makefile
@@ -117,7 +120,7 @@ $$(BUILD)/shaders/matmul_$(1)%.spv: shaders/matmul.comp $$(wildcard shaders/*.gl
 	$$(GLSLC) $$(GLSL_FLAGS) $$(MATMUL_DEFS_$(1)) \
 	    -DWTYPE_$$(shell echo $$* | tr a-z A-Z) $$< -o $$@
 endef
-$(foreach f,one_ one_norm_ t4_ t4_norm_ t8_ dec_ dec_norm_,\
+$(foreach f,one_ one_norm_ t4_ t4_norm_ t8_ dec_ dec_norm_ mma_,\
     $(eval $(call MATMUL_FORM_RULE,$(f))))
 
 $(BUILD)/shaders/matmul_%.spv: shaders/matmul.comp $(wildcard shaders/*.glsl) Makefile

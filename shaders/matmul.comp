@@ -99,6 +99,15 @@
 
 #extension GL_KHR_shader_subgroup_basic : require
 #extension GL_KHR_shader_subgroup_arithmetic : require
+#ifdef MM_MMA
+#extension GL_KHR_shader_subgroup_clustered : require
+#extension GL_KHR_memory_scope_semantics : require
+#extension GL_NV_cooperative_matrix : require
+#extension GL_NV_integer_cooperative_matrix : require
+#extension GL_EXT_shader_explicit_arithmetic_types_int8 : require
+#extension GL_EXT_shader_explicit_arithmetic_types_int32 : require
+#extension GL_EXT_shader_8bit_storage : require
+#endif
 
 #include "common.glsl"
 #include "act.glsl"
@@ -664,6 +673,245 @@ void main()
                 store_gated(r0 + s / 2u, 0u, sum[s], sum[s + 1u]);
             }
         }
+    }
+}
+
+#elif defined(MM_MMA)
+
+/* The int8 tile form (matmul_mma_q8_0: prefill on devices with NVIDIA's
+ * int8 cooperative matrices of 16 x 8 x 32 on 32-wide subgroups; when, in
+ * vk_shaders.h): a workgroup owns a tile of 16 rows (MM_GATED: 16 rows of
+ * both matrices) and 8 tokens. Its subgroups split the row's blocks:
+ * subgroup s takes runs of MMA_STEP blocks s, s + MMA_SUBGROUPS, ... in
+ * order. Per block it quantizes the 8 tokens' 32 values of x as the CPU's
+ * Q8_0 x is (amax, q = round-to-even(v * 127 / amax), scale amax / 127),
+ * multiplies them with the block's 16 x 32 weight quants in one int8
+ * product (exact int32 sums), and adds each sum times the two scales into
+ * its float partials; the subgroups' partials are then added in order. A
+ * token's bits depend only on its own x (its quants, its exact integer
+ * sums, one order of float steps), so a prompt gets the same bits however
+ * it is cut into batches (test_vk_ops).
+ *
+ * The weights come in as plain 16-byte loads, every load of a run issued
+ * before any is used, and go to the product through shared memory: loaded
+ * straight from the buffer by coopMatLoadNV, each tile was a round trip of
+ * its own (decoding the 1B shape through this form took 3.6 ms a token,
+ * 2.4 this way). Which sum of a product tile a lane holds is the driver's
+ * choice: each subgroup finds out once, by loading a tile of the elements'
+ * own indices. Measured on the H200 (1B shape, prefill tok/s): runs of 2
+ * blocks and 4 subgroups 8,656; 4 and 4, 7,942; 4 and 2, 8,564; 2 and 8,
+ * 8,291; 8 and 8 about 6,200. */
+
+#if !defined(WTYPE_Q8_0) || MM_NT != 8
+#error "matmul.comp: MM_MMA is Q8_0 in tiles of 8 tokens"
+#endif
+#define MMA_M 16u
+#define MMA_N 8u
+#define MMA_K 32u        /* one Q8_0 block */
+#define MMA_SG 32u       /* the subgroup width this form is for */
+#define MMA_STEP 2u      /* blocks whose loads a subgroup issues together */
+#define MMA_SUBGROUPS (WG * TEAMS / MMA_SG)
+#define MMA_C (MMA_M * MMA_N)   /* sums in a product tile */
+#define MMA_LEN 4u              /* of them per lane: MMA_C / MMA_SG */
+#define WTILE icoopmatNV<8, gl_ScopeSubgroup, 16, 32>
+#define XTILE icoopmatNV<8, gl_ScopeSubgroup, 32, 8>
+#define CTILE icoopmatNV<32, gl_ScopeSubgroup, 16, 8>
+
+/* Per subgroup: a weight tile (two for MM_GATED) on its way to the
+ * product, 16 rows of 32 bytes as uvec4s; MMA_STEP blocks of quantized x,
+ * token t's 32 quants at words 8 t ..; their scales; the run's weight
+ * scales (matrix, block, row); the tile of element indices. */
+shared uvec4 mma_w[MMA_SUBGROUPS * 2u * 32u];
+/* (at least 2 x MMA_C words a subgroup: the partials go there too) */
+#define MMA_XQ_WORDS (MMA_STEP * 64u > 2u * MMA_C ? MMA_STEP * 64u : 2u * MMA_C)
+shared uint mma_xq[MMA_SUBGROUPS * MMA_XQ_WORDS];
+shared float mma_xd[MMA_SUBGROUPS * MMA_STEP * MMA_N];
+shared float mma_dw[MMA_SUBGROUPS * 2u * MMA_STEP * MMA_M];
+shared int mma_index[MMA_SUBGROUPS * MMA_C];
+/* the partials go where the x quants were (as float bits) */
+#define MMA_PART_PUT(i, v) mma_xq[i] = floatBitsToUint(v)
+#define MMA_PART(i) uintBitsToFloat(mma_xq[i])
+
+/* 1 / a (a > 0) from steps whose results IEEE fixes (a guess from a's
+ * bits, then Newton steps as fmas): the same bits in every shader and
+ * form, whatever a compiler makes of a division. */
+float mma_recip(float a)
+{
+    precise float y = uintBitsToFloat(0x7ef311c3u - floatBitsToUint(a));
+    [[unroll]] for (uint i = 0u; i < 3u; i++) {
+        precise float e = fma(-a, y, 1.0);
+        y = fma(y, e, y);
+    }
+    return y;
+}
+
+/* v * id rounded to even, as a byte. */
+uint mma_quant(float v, float id)
+{
+    precise float p = v * id;
+    return uint(int(roundEven(p))) & 0xffu;
+}
+
+/* Quantizes block b of the tokens t0 .. t0 + nt (8 of them; past nt the
+ * last again) into slot `slot` of this subgroup's x: lane l takes token
+ * l / 4, values 8 (l % 4) .. + 8 of the block. */
+void mma_quantize(uint b, uint slot, uint t0, uint nt)
+{
+    const uint lane = gl_SubgroupInvocationID, t = lane >> 2u;
+    const uint c = MMA_K * b + 8u * (lane & 3u);
+    const uint tok = t0 + min(t, nt - 1u);
+    const vec4 v0 = load_x4(tok, c), v1 = load_x4(tok, c + 4u);
+    const vec4 a = max(abs(v0), abs(v1));
+    const float amax = subgroupClusteredMax(max(max(a.x, a.y), max(a.z, a.w)),
+                                            4u);
+    precise float id = amax > 0.0 ? 127.0 * mma_recip(amax) : 0.0;
+    const uint slot0 = gl_SubgroupID * MMA_STEP + slot;
+    const uint at = slot0 * 64u + 8u * t + 2u * (lane & 3u);
+    mma_xq[at] = mma_quant(v0.x, id) | mma_quant(v0.y, id) << 8u |
+                 mma_quant(v0.z, id) << 16u | mma_quant(v0.w, id) << 24u;
+    mma_xq[at + 1u] = mma_quant(v1.x, id) | mma_quant(v1.y, id) << 8u |
+                      mma_quant(v1.z, id) << 16u | mma_quant(v1.w, id) << 24u;
+    if ((lane & 3u) == 0u) {
+        precise float d = amax * (1.0 / 127.0);
+        mma_xd[slot0 * MMA_N + t] = d;
+    }
+}
+
+/* The f16 scale of block b of row r of matrix m. */
+float mma_scale(uint m, uint r, uint b)
+{
+    const uint at = r * pc.row_bytes + pc.n_cols + 2u * b;
+    return kk_f16_to_f32(KK_U16(W[m].w, at));
+}
+
+/* acc[i] += sum i of tile c (element index e[i]: row e / 8, token e % 8)
+ * times its row's weight scale (matrix k's, slot i0 of the run) and its
+ * token's x scale, one fma each. */
+void mma_add(inout float acc[MMA_LEN], CTILE c, CTILE e, uint k, uint i0)
+{
+    const uint sg = gl_SubgroupID;
+    [[unroll]] for (uint i = 0u; i < MMA_LEN; i++) {
+        const uint el = uint(e[i]);
+        const float dw = mma_dw[((sg * 2u + k) * MMA_STEP + i0) * MMA_M +
+                                (el >> 3u)];
+        precise float s = dw * mma_xd[(sg * MMA_STEP + i0) * MMA_N +
+                                      (el & 7u)];
+        acc[i] = fma(float(c[i]), s, acc[i]);
+    }
+}
+
+/* This subgroup's runs of blocks: its lanes' sums of tile elements e for
+ * matrix ma (a) and, for MM_GATED, mb (g). Every lane of the subgroup runs
+ * every step (the products are the subgroup's together). `gated` is a
+ * constant where it is called, so each case is compiled with no branch
+ * between its loads. */
+void mma_sums(uint ma, uint mb, const bool gated, uint r0, uint t0, uint nt,
+              CTILE e, out float a[MMA_LEN], out float g[MMA_LEN])
+{
+    const uint lane = gl_SubgroupInvocationID, sg = gl_SubgroupID;
+    const uint nb = pc.n_cols / MMA_K;
+    /* lane l loads half l % 2 of row l / 2 of each tile */
+    const uint w0 = ((r0 + (lane >> 1u)) * pc.row_bytes >> 4u) + (lane & 1u);
+    [[unroll]] for (uint i = 0u; i < MMA_LEN; i++) {
+        a[i] = 0.0;
+        g[i] = 0.0;
+    }
+    for (uint b0 = sg * MMA_STEP; b0 < nb; b0 += MMA_SUBGROUPS * MMA_STEP) {
+        /* every load of the run first; blocks past the row's end load its
+         * last one again and are not added */
+        uvec4 wa[MMA_STEP], wg[MMA_STEP];
+        float sa[MMA_STEP / 2u], sg2[MMA_STEP / 2u];
+        [[unroll]] for (uint i = 0u; i < MMA_STEP; i++) {
+            const uint b = min(b0 + i, nb - 1u);
+            wa[i] = W4[ma].w4[w0 + 2u * b];
+            wg[i] = gated ? W4[mb].w4[w0 + 2u * b] : uvec4(0u);
+        }
+        /* the run's scales: lane l takes row l % 16 of blocks l / 16,
+         * 2 + l / 16, ... */
+        [[unroll]] for (uint h = 0u; h < MMA_STEP / 2u; h++) {
+            const uint b = min(b0 + (lane >> 4u) + 2u * h, nb - 1u);
+            sa[h] = mma_scale(ma, r0 + (lane & 15u), b);
+            sg2[h] = gated ? mma_scale(mb, r0 + (lane & 15u), b) : 0.0;
+        }
+        [[unroll]] for (uint i = 0u; i < MMA_STEP; i++)
+            mma_quantize(min(b0 + i, nb - 1u), i, t0, nt);
+        [[unroll]] for (uint h = 0u; h < MMA_STEP / 2u; h++) {
+            const uint i0 = (lane >> 4u) + 2u * h;
+            mma_dw[(sg * 2u * MMA_STEP + i0) * MMA_M + (lane & 15u)] = sa[h];
+            mma_dw[((sg * 2u + 1u) * MMA_STEP + i0) * MMA_M + (lane & 15u)] =
+                sg2[h];
+        }
+        [[unroll]] for (uint i = 0u; i < MMA_STEP; i++) {
+            mma_w[sg * 64u + lane] = wa[i];
+            mma_w[sg * 64u + 32u + lane] = wg[i];
+            subgroupMemoryBarrierShared();
+            subgroupBarrier();
+            WTILE ta, tg;
+            XTILE xb;
+            coopMatLoadNV(ta, mma_w, sg * 64u, 2u, false);
+            coopMatLoadNV(xb, mma_xq, (sg * MMA_STEP + i) * 64u, 8u, true);
+            const CTILE ca = coopMatMulAddNV(ta, xb, CTILE(0));
+            CTILE cg = CTILE(0);
+            if (gated) {
+                coopMatLoadNV(tg, mma_w, sg * 64u + 32u, 2u, false);
+                cg = coopMatMulAddNV(tg, xb, CTILE(0));
+            }
+            if (b0 + i < nb) {
+                mma_add(a, ca, e, 0u, i);
+                if (gated)
+                    mma_add(g, cg, e, 1u, i);
+            }
+            subgroupBarrier();   /* the tiles are read before the next */
+        }
+    }
+}
+
+void main()
+{
+    const uint group = gl_WorkGroupID.x + gl_WorkGroupID.z * gl_NumWorkGroups.x;
+    const bool gated = pc.mode == MM_GATED;
+    const uint m = matrix_of(group);
+    const uint r0 = (group - pc.start[m]) * MMA_M, rows = pc.n_rows[m];
+    if (r0 >= rows)
+        return;
+    const uint t0 = gl_WorkGroupID.y * MMA_N;
+    const uint nt = min(MMA_N, pc.n_tokens - t0);
+    const uint lane = gl_SubgroupInvocationID, sg = gl_SubgroupID;
+    [[unroll]] for (uint k = 0u; k < MMA_LEN; k++)
+        mma_index[sg * MMA_C + k * MMA_SG + lane] = int(k * MMA_SG + lane);
+    norm_scales(t0, nt);   /* barriers: mma_index is written */
+    CTILE e;
+    coopMatLoadNV(e, mma_index, sg * MMA_C, MMA_N, false);
+
+    float a[MMA_LEN], g[MMA_LEN];
+    if (gated)
+        mma_sums(0u, 1u, true, r0, t0, nt, e, a, g);
+    else
+        mma_sums(m, m, false, r0, t0, nt, e, a, g);
+    barrier();   /* every subgroup is done with its x quants */
+    [[unroll]] for (uint i = 0u; i < MMA_LEN; i++) {
+        MMA_PART_PUT(sg * 2u * MMA_C + uint(e[i]), a[i]);
+        MMA_PART_PUT((sg * 2u + 1u) * MMA_C + uint(e[i]), g[i]);
+    }
+    barrier();
+    if (sg != 0u)
+        return;
+    /* lane l adds up row l / 2, tokens 4 (l % 2) .. + 4: elements 4 l .. */
+    const uint row = lane >> 1u, tq = 4u * (lane & 1u);
+    [[unroll]] for (uint j = 0u; j < 4u; j++) {
+        precise float sa = MMA_PART(4u * lane + j);
+        precise float su = MMA_PART(MMA_C + 4u * lane + j);
+        for (uint k = 1u; k < MMA_SUBGROUPS; k++) {
+            sa += MMA_PART(k * 2u * MMA_C + 4u * lane + j);
+            su += MMA_PART((k * 2u + 1u) * MMA_C + 4u * lane + j);
+        }
+        const uint t = tq + j;
+        if (t >= nt || r0 + row >= rows)
+            continue;
+        if (gated)
+            store_gated(r0 + row, t0 + t, sa, su);
+        else
+            store_sum(m, r0 + row, t0 + t, sa);
     }
 }
 

@@ -279,12 +279,16 @@ static void matmul_on_device(const struct mm_call *c)
                                               1};
     const size_t row_bytes = dtype_row_bytes(c->type, (uint64_t)c->n_cols);
     const bool rowwise = strstr(c->shader, "_rows_") != NULL;
+    const bool mma = strstr(c->shader, "_" VK_MATMUL_MMA_PREFIX) != NULL;
     uint32_t teams = 1;
     const struct vk_matmul_form *form = matmul_form_of(c->shader, &teams);
     /* tokens a workgroup takes: the form's y-groups */
-    const uint32_t y_tokens = rowwise ? MM_TOKENS : (uint32_t)form->max_tokens;
+    const uint32_t y_tokens = rowwise ? MM_TOKENS
+                              : mma   ? VK_MMA_TOKENS
+                                      : (uint32_t)form->max_tokens;
     const uint32_t per =
         rowwise ? MM_ROWWISE_ROWS
+        : mma   ? VK_MMA_ROWS
                 : teams * (c->mode == MM_GATED ? MM_SLOTS / 2 : MM_SLOTS);
     const int n_out = c->mode == MM_STORE ? c->n_mats : 1;
     struct vk_buffer bw[MM_MAX_MATS], by[MM_MAX_MATS];
@@ -1302,21 +1306,31 @@ static void test_attention_gives_a_row_the_same_bits_alone_and_in_a_batch(
 struct mm_data {
     uint32_t type;
     int n_cols;
+    int unit;   /* the rows of a matrix are a multiple of it */
     uint8_t *w[MM_MAX_MATS];
     int n_rows[MM_MAX_MATS];
     float *x;
 };
 
-static struct mm_data mm_data_new(uint32_t type, int n_cols, int n_tokens,
-                                  uint64_t seed)
+/* Matrices of 9, 4 and 6 times `unit` rows (forms whose workgroups take
+ * whole tiles of rows need whole tiles), and x. */
+static struct mm_data mm_data_tiles(uint32_t type, int n_cols, int n_tokens,
+                                    uint64_t seed, int unit)
 {
-    struct mm_data d = {.type = type, .n_cols = n_cols, .n_rows = {9, 4, 6}};
+    struct mm_data d = {.type = type, .n_cols = n_cols, .unit = unit,
+                        .n_rows = {9 * unit, 4 * unit, 6 * unit}};
     const size_t row_bytes = dtype_row_bytes(type, (uint64_t)n_cols);
     uint64_t s = seed;
     for (int m = 0; m < MM_MAX_MATS; m++)
         d.w[m] = random_rows(type, n_cols, d.n_rows[m], row_bytes, &s);
     d.x = random_floats((size_t)n_tokens * n_cols, -1.0f, 1.0f, &s);
     return d;
+}
+
+static struct mm_data mm_data_new(uint32_t type, int n_cols, int n_tokens,
+                                  uint64_t seed)
+{
+    return mm_data_tiles(type, n_cols, n_tokens, seed, 1);
 }
 
 static void mm_data_free(struct mm_data *d)
@@ -1342,10 +1356,11 @@ static int mm_outputs(const struct mm_mode *md)
     return md->mode == MM_STORE ? md->n_mats : 1;
 }
 
-/* The rows of output m of mm_run in `mode` (gate and up are cut to 6). */
+/* The rows of output m of mm_run in `mode` (gate and up are cut to 6
+ * units). */
 static int mm_out_rows(const struct mm_data *d, uint32_t mode, int m)
 {
-    return mode == MM_GATED ? 6 : d->n_rows[m];
+    return mode == MM_GATED ? 6 * d->unit : d->n_rows[m];
 }
 
 /* Runs `mode` over d's first n_mats matrices (MM_GATED: matrices 0 and 2,
@@ -1373,11 +1388,12 @@ static void mm_run(const char *shader, const struct mm_data *d, uint32_t mode,
 /* The fused forms give the bits of the ops they stand for: three matrices
  * in one dispatch, each as alone; MM_ADD, y + the product; MM_GATED,
  * gated_act over the products of gate and up. */
-static void check_fused_forms(const char *shader, uint32_t type, int n_cols,
-                              int n_tokens, uint64_t seed)
+static void check_fused_tiles(const char *shader, uint32_t type, int n_cols,
+                              int n_tokens, uint64_t seed, int unit)
 {
-    struct mm_data d = mm_data_new(type, n_cols, n_tokens, seed);
+    struct mm_data d = mm_data_tiles(type, n_cols, n_tokens, seed, unit);
     const size_t nt = (size_t)n_tokens;
+    const size_t n0 = (size_t)d.n_rows[0], n6 = (size_t)(6 * unit);
     float *alone[MM_MAX_MATS], *together[MM_MAX_MATS];
     for (int m = 0; m < MM_MAX_MATS; m++) {
         alone[m] = malloc(nt * (size_t)d.n_rows[m] * sizeof(float));
@@ -1393,34 +1409,34 @@ static void check_fused_forms(const char *shader, uint32_t type, int n_cols,
 
     /* MM_ADD onto random values: each sum is one IEEE addition. */
     uint64_t s = seed ^ 0xadd;
-    float *acc = random_floats(nt * 9, -4.0f, 4.0f, &s);
-    float *want = malloc(nt * 9 * sizeof *want);
-    for (size_t i = 0; i < nt * 9; i++)
+    float *acc = random_floats(nt * n0, -4.0f, 4.0f, &s);
+    float *want = malloc(nt * n0 * sizeof *want);
+    for (size_t i = 0; i < nt * n0; i++)
         want[i] = acc[i] + alone[0][i];
     mm_run(shader, &d, MM_ADD, 1, false, n_tokens, d.x, NULL, &acc, seed);
-    expect_same_bits(acc, want, nt * 9, "matmul then add", shader);
+    expect_same_bits(acc, want, nt * n0, "matmul then add", shader);
 
     /* MM_GATED against gated_act's shader over the two products (the
      * first 6 rows of matrix 0, and matrix 2). */
     for (int gelu = 0; gelu < 2; gelu++) {
-        float *gate = malloc(nt * 6 * sizeof *gate);
-        float *fused = malloc(nt * 6 * sizeof *fused);
+        float *gate = malloc(nt * n6 * sizeof *gate);
+        float *fused = malloc(nt * n6 * sizeof *fused);
         float *gate_only[MM_MAX_MATS] = {gate};
         struct mm_data six = d;
-        six.n_rows[0] = 6;
+        six.n_rows[0] = (int)n6;
         mm_run(shader, &six, MM_STORE, 1, false, n_tokens, d.x, NULL,
                gate_only, seed);
-        struct vk_buffer bg = buffer_with(gate, nt * 6 * 4);
-        struct vk_buffer bu = buffer_with(alone[2], nt * 6 * 4);
+        struct vk_buffer bg = buffer_with(gate, nt * n6 * 4);
+        struct vk_buffer bu = buffer_with(alone[2], nt * n6 * 4);
         const struct vk_buffer *bufs[] = {&bg, &bu};
-        struct vk_push_gated_act push = {(uint32_t)(nt * 6), (uint32_t)gelu};
+        struct vk_push_gated_act push = {(uint32_t)(nt * n6), (uint32_t)gelu};
         run("gated_act", 2, bufs, &push, sizeof push, 1, 1, 1);
-        download(&bg, gate, nt * 6 * 4);
+        download(&bg, gate, nt * n6 * 4);
         vk_buffer_free(dev, &bg);
         vk_buffer_free(dev, &bu);
         mm_run(shader, &d, MM_GATED, 2, gelu, n_tokens, d.x, NULL, &fused,
                seed);
-        expect_same_bits(fused, gate, nt * 6,
+        expect_same_bits(fused, gate, nt * n6,
                          gelu ? "gate and up then GELU" : "gate and up then "
                                                           "SiLU", shader);
         free(gate);
@@ -1433,6 +1449,12 @@ static void check_fused_forms(const char *shader, uint32_t type, int n_cols,
     free(acc);
     free(want);
     mm_data_free(&d);
+}
+
+static void check_fused_forms(const char *shader, uint32_t type, int n_cols,
+                              int n_tokens, uint64_t seed)
+{
+    check_fused_tiles(shader, type, n_cols, n_tokens, seed, 1);
 }
 
 static void test_matmul_fused_forms_give_the_bits_of_separate_ops(
@@ -1471,7 +1493,9 @@ static void check_same_bits_by_parts(const char *batched, const char *part,
     const int n_cols = d->n_cols;
     for (int i = 0; i < N_MM_MODES; i++) {
         const struct mm_mode *md = &mm_modes[i];
-        float batch[MM_MAX_MATS][TOKENS * 9], some[MM_MAX_MATS][TOKENS * 9];
+        /* outputs of up to 9 tiles of VK_MMA_ROWS rows */
+        static float batch[MM_MAX_MATS][TOKENS * 9 * VK_MMA_ROWS],
+            some[MM_MAX_MATS][TOKENS * 9 * VK_MMA_ROWS];
         float *bp[MM_MAX_MATS], *sp[MM_MAX_MATS];
         for (int m = 0; m < MM_MAX_MATS; m++) {
             memset(batch[m], 0, sizeof batch[m]);
@@ -1656,6 +1680,95 @@ static void test_matmul_norm_forms_give_the_bits_of_rmsnorm_then_matmul(
         check_norm_form(VK_MATMUL_DECODE_PREFIX, VK_MATMUL_DECODE_NORM_PREFIX,
                         cases[c].name, cases[c].type, cases[c].n_cols, 1,
                         0x90 + c);
+}
+
+/* ---- the int8 tile forms ---- */
+
+/* The int8 tile form's product of Q8_0 rows w with x, as the CPU's Q8_0
+ * arithmetic makes it (x quantized per block of 32: amax, q = round to
+ * even(x 127 / amax), scale amax / 127), within 1e-5 of the sum of the
+ * terms' magnitudes plus one quant step of x per block (the shader's 127 /
+ * amax may be an ulp off the exact one, moving a quant at a tie). */
+static void check_matmul_mma(int n_cols, int n_rows, int n_tokens,
+                             uint64_t seed)
+{
+    const int nb = n_cols / 32;
+    const size_t row_bytes = dtype_row_bytes(KK_Q8_0, (uint64_t)n_cols);
+    uint64_t s = seed;
+    uint8_t *w = random_rows(KK_Q8_0, n_cols, n_rows, row_bytes, &s);
+    float *x = random_floats((size_t)n_tokens * n_cols, -1.0f, 1.0f, &s);
+    float *y = malloc((size_t)n_tokens * n_rows * sizeof *y);
+    matmul_store("matmul_" VK_MATMUL_MMA_PREFIX "q8_0", KK_Q8_0, w, n_cols,
+                 n_rows, x, n_tokens, y, seed);
+    for (int t = 0; t < n_tokens; t++) {
+        const float *xt = x + (size_t)t * n_cols;
+        for (int r = 0; r < n_rows; r++) {
+            const uint8_t *row = w + (size_t)r * row_bytes;
+            double ref = 0, mag = 0, step = 0;
+            for (int b = 0; b < nb; b++) {
+                const uint8_t *blk = row + 34 * b;
+                double dw = fp16_to_f32((uint16_t)(blk[0] | blk[1] << 8));
+                double amax = 0;
+                for (int j = 0; j < 32; j++)
+                    amax = fmax(amax, fabs(xt[32 * b + j]));
+                double id = amax > 0 ? 127.0 / amax : 0, dx = amax / 127.0;
+                long isum = 0;
+                for (int j = 0; j < 32; j++) {
+                    long qw = (int8_t)blk[2 + j];
+                    isum += qw * lrint(xt[32 * b + j] * id);
+                    mag += fabs(dw * qw * xt[32 * b + j]);
+                }
+                ref += dw * dx * (double)isum;
+                step = fmax(step, fabs(dw) * dx * 128.0);
+            }
+            const double got = y[(size_t)t * n_rows + r];
+            if (!(fabs(got - ref) <= 1e-5 * mag + step))
+                fail_msg("matmul_mma_q8_0 %d cols x %d rows, %d tokens: "
+                         "y[%d][%d] = %.9g, want %.9g (sum |terms| %.6g)",
+                         n_cols, n_rows, n_tokens, t, r, got, ref, mag);
+        }
+    }
+    free(w);
+    free(x);
+    free(y);
+}
+
+/* On a device with int8 tiles (the NVIDIA GPU) prefill's products of a
+ * Q8_0 matrix that fits them go through matmul_mma_q8_0: it must compute
+ * the CPU's Q8_0 product (rows of 8 to 264 blocks, a subgroup's last run
+ * of blocks short, batches in one y-group and over several), give a token
+ * the same bits alone and in any batch (a prompt cut into chunks another
+ * way gets the same cache), and give the fused modes the bits of the
+ * separate ops. */
+static void test_matmul_mma_forms_agree_with_the_cpu_and_themselves(
+    void **state)
+{
+    (void)state;
+    REQUIRE_DEVICE();
+    if (!vk_device_has_int8_mma(dev)) {
+        fprintf(stderr, "*** SKIPPED: the int8 tile forms (matmul_mma_q8_0): "
+                "this device has no int8 cooperative matrices of 16 x 8 x "
+                "32; tools/gpu-bench.sh runs these tests on the NVIDIA "
+                "GPU\n");
+        return;
+    }
+    const char *mma = "matmul_" VK_MATMUL_MMA_PREFIX "q8_0";
+    check_matmul_mma(256, 16, 1, 1);
+    check_matmul_mma(2048, 48, 8, 2);
+    check_matmul_mma(32 * 264, 32, 17, 3);
+    check_matmul_mma(1024 + 256, 16, 3, 4);
+    static const int widths[] = {256, 2048, 32 * 264};
+    for (size_t i = 0; i < sizeof widths / sizeof widths[0]; i++) {
+        struct mm_data d = mm_data_tiles(KK_Q8_0, widths[i], 17, 0x3a + i,
+                                         VK_MMA_ROWS);
+        check_same_bits_by_parts(mma, mma, 1, &d);
+        check_same_bits_by_parts(mma, mma, 3, &d);
+        check_same_bits_by_parts(mma, mma, VK_MMA_TOKENS, &d);
+        mm_data_free(&d);
+        check_fused_tiles(mma, KK_Q8_0, widths[i], 1, 0x4a + i, VK_MMA_ROWS);
+        check_fused_tiles(mma, KK_Q8_0, widths[i], 11, 0x5a + i,
+                          VK_MMA_ROWS);
+    }
 }
 
 /* ---- rope_kv_store ---- */
@@ -1919,6 +2032,8 @@ int main(void)
         cmocka_unit_test(
             test_rope_kv_store_norm_gives_the_bits_of_rmsnorm_first),
         cmocka_unit_test(test_rmsnorm_add_gives_the_bits_of_rmsnorm_then_add),
+        cmocka_unit_test(
+            test_matmul_mma_forms_agree_with_the_cpu_and_themselves),
         cmocka_unit_test(test_matmul_f32_matches_dequantized_rows),
         cmocka_unit_test(test_matmul_f16_matches_dequantized_rows),
         cmocka_unit_test(test_matmul_bf16_matches_dequantized_rows),

@@ -74,6 +74,10 @@ struct vk_backend {
      * device's subgroups are their width (has_decode_form). */
     bool has_decode_form;
     struct vk_pipeline matmul_dec[2][N_MATMUL];
+    /* The int8 tile form of Q8_0, where the device has int8 tiles
+     * (has_mma): prefill's batches of the matrices that fit it (mma_fits). */
+    bool has_mma;
+    struct vk_pipeline matmul_mma;
     struct vk_pipeline rmsnorm, rmsnorm_add, rope, add, gated_act, kv_store,
         rope_kv_store, rope_kv_store_norm, attention;
     /* Host data of the pass being recorded (upload_alloc). The GPU may read
@@ -250,6 +254,15 @@ static int make_pipelines(struct vk_backend *be, struct kk_error *err)
          make_matmul_pipelines(be, VK_MATMUL_DECODE_NORM_PREFIX,
                                be->matmul_dec[1], err)))
         return -1;
+    be->has_mma = vk_device_has_int8_mma(be->dev);
+    static const int mma_bindings[MM_BINDINGS] = {MM_MAX_MATS, 1, MM_MAX_MATS,
+                                                  1};
+    if (be->has_mma &&
+        make_pipeline_arrays(be, "matmul_" VK_MATMUL_MMA_PREFIX "q8_0",
+                             MM_BINDINGS, mma_bindings,
+                             sizeof(struct vk_push_matmul), &be->matmul_mma,
+                             err))
+        return -1;
     return make_pipeline(be, "rmsnorm", 3, sizeof(struct vk_push_rmsnorm),
                          &be->rmsnorm, err) ||
            make_pipeline(be, "rmsnorm_add", 3,
@@ -375,6 +388,7 @@ static void vkb_free(struct backend *base)
     for (int k = 0; k < 2; k++)
         for (int i = 0; i < N_MATMUL; i++)
             vk_pipeline_free(be->dev, &be->matmul_dec[k][i]);
+    vk_pipeline_free(be->dev, &be->matmul_mma);
     vk_model_free(be->dev, be->weights);
     vk_device_close(be->dev);
     free(be);
@@ -633,6 +647,18 @@ static uint32_t decode_workgroups(uint32_t sets)
     return wgs < VK_DECODE_MAX_WORKGROUPS ? wgs : VK_DECODE_MAX_WORKGROUPS;
 }
 
+/* Whether the int8 tile form takes these matrices: Q8_0 rows that are
+ * whole 16-row tiles, each row 16-byte aligned (vk_shaders.h). */
+static bool mma_fits(const struct vk_backend *be, int count,
+                     const struct weight *const *w)
+{
+    bool fits = be->has_mma;
+    for (int m = 0; m < count && fits; m++)
+        fits = w[m]->type == KK_Q8_0 && w[m]->n_rows % VK_MMA_ROWS == 0 &&
+               w[m]->row_bytes % 16 == 0;
+    return fits;
+}
+
 /* Records one matmul dispatch over `count` matrices of one type and width
  * (vk_shaders.h): y[m] = w[m] · x (MM_STORE), y[0] += w[0] · x (MM_ADD),
  * or y[0] = act(w[0] · x) * (w[1] · x) (MM_GATED), x normed first by the
@@ -649,15 +675,19 @@ static void record_matmul(struct vk_backend *be, uint32_t mode, int count,
                                 .n_tokens = (uint32_t)n, .mode = mode,
                                 .use_gelu = use_gelu,
                                 .eps = norm ? norm->eps : 0.0f};
+    /* (a prefill batch's norm is a dispatch of its own: matmul_input) */
+    const bool mma = !norm && n >= VK_MMA_MIN_TOKENS && mma_fits(be, count, w);
     const bool decode = be->has_decode_form && n == 1 &&
                         w[0]->n_rows >= VK_DECODE_MIN_ROWS;
     const int teams = decode ? 1
                       : norm ? vk_matmul_forms[form].norm_teams
                              : vk_matmul_forms[form].teams;
     const uint32_t per =
-        be->matmul_rowwise ? MM_ROWWISE_ROWS
-                           : (uint32_t)teams *
-                                 (mode == MM_GATED ? MM_SLOTS / 2 : MM_SLOTS);
+        mma ? VK_MMA_ROWS
+        : be->matmul_rowwise ? MM_ROWWISE_ROWS
+                             : (uint32_t)teams * (mode == MM_GATED
+                                                      ? MM_SLOTS / 2
+                                                      : MM_SLOTS);
     const struct vk_buffer *bufs[2 * MM_MAX_MATS + 2];
     uint32_t groups = 0;
     for (int m = 0; m < MM_MAX_MATS; m++) {
@@ -695,6 +725,11 @@ static void record_matmul(struct vk_backend *be, uint32_t mode, int count,
     uint32_t max_x = vk_device_max_groups_x(be->dev);
     uint32_t gz = (groups + max_x - 1) / max_x;
     uint32_t gx = (groups + gz - 1) / gz;
+    if (mma) {
+        dispatch(be, &be->matmul_mma, bufs, &pc, gx,
+                 groups_of(n, VK_MMA_TOKENS), gz);
+        return;
+    }
     dispatch(be, norm ? &be->matmul_norm[form][mi] : &be->matmul[form][mi],
              bufs, &pc, gx,
              groups_of(n, be->matmul_rowwise

@@ -131,6 +131,7 @@ struct vk_device {
     VkPhysicalDevice phys;
     VkPhysicalDeviceProperties props;
     uint32_t fixed_subgroup_size;   /* struct device_facts */
+    bool has_int8_mma;              /* offers_int8_mma, and enabled */
     VkPhysicalDeviceMemoryProperties mem_props;
     VkDevice device;
     uint32_t queue_family;
@@ -225,6 +226,7 @@ static bool is_optional_fn(const char *name)
     return !strcmp(name, "vkEnumerateInstanceVersion") ||
            !strcmp(name, "vkGetPhysicalDeviceProperties2") ||
            !strcmp(name, "vkGetPhysicalDeviceFeatures2") ||
+           !strcmp(name, "vkGetPhysicalDeviceCooperativeMatrixPropertiesNV") ||
            !strcmp(name, "vkGetPipelineExecutablePropertiesKHR") ||
            !strcmp(name, "vkGetPipelineExecutableStatisticsKHR");
 }
@@ -578,6 +580,83 @@ static int device_functions(struct vk_device *d, struct kk_error *err)
     return 0;
 }
 
+/* Whether d's chosen device multiplies int8 tiles of 16 x 8 x 32 into
+ * int32 per subgroup (VK_NV_cooperative_matrix), with what the shader that
+ * does it needs besides: int8 in storage buffers and shared memory, the
+ * Vulkan memory model, clustered subgroup operations, and subgroups all
+ * 32 wide. features12 and coop are filled with what to enable. */
+static bool offers_int8_mma(const struct vk_device *d,
+                            VkPhysicalDeviceVulkan12Features *features12,
+                            VkPhysicalDeviceCooperativeMatrixFeaturesNV *coop)
+{
+    if (!d->fn.vkGetPhysicalDeviceFeatures2 ||
+        !d->fn.vkGetPhysicalDeviceCooperativeMatrixPropertiesNV ||
+        d->props.apiVersion < VK_API_VERSION_1_2 ||
+        d->instance_api < VK_API_VERSION_1_2 || d->fixed_subgroup_size != 32 ||
+        !has_extension(d, d->phys, VK_NV_COOPERATIVE_MATRIX_EXTENSION_NAME))
+        return false;
+    *coop = (VkPhysicalDeviceCooperativeMatrixFeaturesNV){
+        .sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_COOPERATIVE_MATRIX_FEATURES_NV,
+    };
+    *features12 = (VkPhysicalDeviceVulkan12Features){
+        .sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_VULKAN_1_2_FEATURES,
+        .pNext = coop,
+    };
+    VkPhysicalDeviceFeatures2 features = {
+        .sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_FEATURES_2,
+        .pNext = features12,
+    };
+    d->fn.vkGetPhysicalDeviceFeatures2(d->phys, &features);
+    VkPhysicalDeviceSubgroupProperties sub = {
+        .sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SUBGROUP_PROPERTIES,
+    };
+    VkPhysicalDeviceProperties2 p2 = {
+        .sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_PROPERTIES_2,
+        .pNext = &sub,
+    };
+    d->fn.vkGetPhysicalDeviceProperties2(d->phys, &p2);
+    if (!coop->cooperativeMatrix || !features12->storageBuffer8BitAccess ||
+        !features12->shaderInt8 || !features12->vulkanMemoryModel ||
+        !(sub.supportedOperations & VK_SUBGROUP_FEATURE_CLUSTERED_BIT))
+        return false;
+    uint32_t n = 0;
+    if (d->fn.vkGetPhysicalDeviceCooperativeMatrixPropertiesNV(d->phys, &n,
+                                                               NULL) !=
+            VK_SUCCESS ||
+        n == 0)
+        return false;
+    VkCooperativeMatrixPropertiesNV *ps = calloc(n, sizeof *ps);
+    if (!ps)
+        return false;
+    for (uint32_t i = 0; i < n; i++)
+        ps[i].sType = VK_STRUCTURE_TYPE_COOPERATIVE_MATRIX_PROPERTIES_NV;
+    bool found = false;
+    if (d->fn.vkGetPhysicalDeviceCooperativeMatrixPropertiesNV(d->phys, &n,
+                                                               ps) >= 0)
+        for (uint32_t i = 0; i < n && !found; i++)
+            found = ps[i].MSize == 16 && ps[i].NSize == 8 &&
+                    ps[i].KSize == 32 &&
+                    ps[i].AType == VK_COMPONENT_TYPE_SINT8_NV &&
+                    ps[i].BType == VK_COMPONENT_TYPE_SINT8_NV &&
+                    ps[i].CType == VK_COMPONENT_TYPE_SINT32_NV &&
+                    ps[i].DType == VK_COMPONENT_TYPE_SINT32_NV &&
+                    ps[i].scope == VK_SCOPE_SUBGROUP_NV;
+    free(ps);
+    /* enable only what the shader uses */
+    *features12 = (VkPhysicalDeviceVulkan12Features){
+        .sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_VULKAN_1_2_FEATURES,
+        .pNext = coop,
+        .storageBuffer8BitAccess = VK_TRUE,
+        .shaderInt8 = VK_TRUE,
+        .vulkanMemoryModel = VK_TRUE,
+    };
+    *coop = (VkPhysicalDeviceCooperativeMatrixFeaturesNV){
+        .sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_COOPERATIVE_MATRIX_FEATURES_NV,
+        .cooperativeMatrix = VK_TRUE,
+    };
+    return found;
+}
+
 static int device_create(struct vk_device *d, struct kk_error *err)
 {
     float priority = 1.0f;
@@ -591,23 +670,39 @@ static int device_create(struct vk_device *d, struct kk_error *err)
      * capturing them slows pipeline creation. */
     const bool wants_statistics = profile_mode() &&
                                   offers_pipeline_statistics(d);
-    const char *extensions[] = {
-        VK_KHR_PUSH_DESCRIPTOR_EXTENSION_NAME,
-        VK_KHR_PIPELINE_EXECUTABLE_PROPERTIES_EXTENSION_NAME,
-    };
+    /* KAKEYA_VK_MMA=0 leaves the int8 product tiles off (to compare). */
+    const char *mma_env = getenv("KAKEYA_VK_MMA");
+    VkPhysicalDeviceVulkan12Features features12;
+    VkPhysicalDeviceCooperativeMatrixFeaturesNV coop;
+    d->has_int8_mma = !(mma_env && !strcmp(mma_env, "0")) &&
+                      offers_int8_mma(d, &features12, &coop);
+    const char *extensions[3] = {VK_KHR_PUSH_DESCRIPTOR_EXTENSION_NAME};
+    uint32_t n_extensions = 1;
     VkPhysicalDevicePipelineExecutablePropertiesFeaturesKHR exec = {
         .sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_PIPELINE_EXECUTABLE_PROPERTIES_FEATURES_KHR,
         .pipelineExecutableInfo = VK_TRUE,
     };
+    /* chain: ci -> [exec] -> [features12 -> coop] */
+    const void *chain = NULL;
+    if (d->has_int8_mma) {
+        extensions[n_extensions++] = VK_NV_COOPERATIVE_MATRIX_EXTENSION_NAME;
+        chain = &features12;
+    }
+    if (wants_statistics) {
+        extensions[n_extensions++] =
+            VK_KHR_PIPELINE_EXECUTABLE_PROPERTIES_EXTENSION_NAME;
+        exec.pNext = (void *)chain;
+        chain = &exec;
+    }
     VkPhysicalDeviceFeatures features = {
         .shaderStorageBufferArrayDynamicIndexing = VK_TRUE,
     };
     VkDeviceCreateInfo ci = {
         .sType = VK_STRUCTURE_TYPE_DEVICE_CREATE_INFO,
-        .pNext = wants_statistics ? &exec : NULL,
+        .pNext = chain,
         .queueCreateInfoCount = 1,
         .pQueueCreateInfos = &queue,
-        .enabledExtensionCount = wants_statistics ? 2 : 1,
+        .enabledExtensionCount = n_extensions,
         .ppEnabledExtensionNames = extensions,
         .pEnabledFeatures = &features,
     };
@@ -1216,6 +1311,11 @@ bool vk_device_is_cpu(const struct vk_device *d)
 uint32_t vk_device_subgroup_size(const struct vk_device *d)
 {
     return d->fixed_subgroup_size;
+}
+
+bool vk_device_has_int8_mma(const struct vk_device *d)
+{
+    return d->has_int8_mma;
 }
 
 uint32_t vk_device_max_groups_x(const struct vk_device *d)

@@ -127,6 +127,10 @@ bool vk_device_is_cpu(const struct vk_device *d);
 /* The width of every compute shader's subgroups, or 0 where the driver
  * may pick different widths for different shaders. */
 uint32_t vk_device_subgroup_size(const struct vk_device *d);
+/* Whether the device multiplies int8 tiles of 16 x 8 x 32 per subgroup
+ * (VK_NV_cooperative_matrix, enabled when opened; KAKEYA_VK_MMA=0 leaves
+ * it off): the matmul_mma_ forms run there. */
+bool vk_device_has_int8_mma(const struct vk_device *d);
 /* The limits a caller sizes dispatches by. */
 uint32_t vk_device_max_groups_x(const struct vk_device *d);
 uint64_t vk_device_max_buffer_range(const struct vk_device *d);

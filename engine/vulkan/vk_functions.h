@@ -41,6 +41,8 @@ VK_FN_INSTANCE(vkGetPhysicalDeviceMemoryProperties)
 VK_FN_INSTANCE(vkEnumerateDeviceExtensionProperties)
 VK_FN_INSTANCE(vkCreateDevice)
 VK_FN_INSTANCE(vkGetDeviceProcAddr)
+/* VK_NV_cooperative_matrix: the int8 product tiles (may be NULL) */
+VK_FN_INSTANCE(vkGetPhysicalDeviceCooperativeMatrixPropertiesNV)
 
 /* ---- device level ---- */
 VK_FN_DEVICE(vkDestroyDevice)

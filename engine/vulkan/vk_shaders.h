@@ -114,6 +114,24 @@ enum { VK_DECODE_MIN_ROWS = 16384 };
  * workgroups, 133 in 8,016 (one set per subgroup). */
 enum { VK_DECODE_MAX_WORKGROUPS = 1024 };
 
+/* The int8 tile form, for devices that multiply int8 tiles of 16 x 8 x 32
+ * per subgroup (vk_device_has_int8_mma): matmul_mma_q8_0, x quantized to
+ * int8 per block of 32 as the CPU's Q8_0 x is. A workgroup takes
+ * VK_MMA_ROWS rows (MM_GATED: of both matrices) and VK_MMA_TOKENS tokens:
+ * grid (row groups numbered as above, n_tokens / VK_MMA_TOKENS rounded up,
+ * z). It reads the weights as 16 x 32 tiles, so it takes only matrices of
+ * whole tiles of 16-byte aligned rows (backend_vulkan.c's mma_fits).
+ *
+ * It takes prefill's batches only (VK_MMA_MIN_TOKENS and more; a verify
+ * block has at most 17 rows): a token's bits there differ from the other
+ * forms' (x quantized), and a verified token must get the bits of the same
+ * token decoded. Measured on the H200 (1B shape, Q8_0): prefill 8,656
+ * tok/s against 4,520; every batch size in it would verify 8 tokens for
+ * 1.11 decode steps, but decoding took 2.41 ms a token against 1.45 (a
+ * 16-row tile quantizes its x for only 16 rows). */
+#define VK_MATMUL_MMA_PREFIX "mma_"
+enum { VK_MMA_ROWS = 16, VK_MMA_TOKENS = 8, VK_MMA_MIN_TOKENS = 32 };
+
 /* attention's workgroup size (attention.comp's ATT_WG; they must match);
  * attention_cpu, for CPU-backed devices, has 64. */
 enum { VK_ATTENTION_INVOCATIONS = 512 };
