@@ -580,45 +580,10 @@ static int device_functions(struct vk_device *d, struct kk_error *err)
     return 0;
 }
 
-/* Whether d's chosen device multiplies int8 tiles of 16 x 8 x 32 into
- * int32 per subgroup (VK_NV_cooperative_matrix), with what the shader that
- * does it needs besides: int8 in storage buffers and shared memory, the
- * Vulkan memory model, clustered subgroup operations, and subgroups all
- * 32 wide. features12 and coop are filled with what to enable. */
-static bool offers_int8_mma(const struct vk_device *d,
-                            VkPhysicalDeviceVulkan12Features *features12,
-                            VkPhysicalDeviceCooperativeMatrixFeaturesNV *coop)
+/* Whether d's chosen device lists int8 x int8 -> int32 cooperative matrix
+ * products of 16 x 8 x 32 per subgroup (matmul_mma_q8_0's shape). */
+static bool lists_int8_tiles(const struct vk_device *d)
 {
-    if (!d->fn.vkGetPhysicalDeviceFeatures2 ||
-        !d->fn.vkGetPhysicalDeviceCooperativeMatrixPropertiesNV ||
-        d->props.apiVersion < VK_API_VERSION_1_2 ||
-        d->instance_api < VK_API_VERSION_1_2 || d->fixed_subgroup_size != 32 ||
-        !has_extension(d, d->phys, VK_NV_COOPERATIVE_MATRIX_EXTENSION_NAME))
-        return false;
-    *coop = (VkPhysicalDeviceCooperativeMatrixFeaturesNV){
-        .sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_COOPERATIVE_MATRIX_FEATURES_NV,
-    };
-    *features12 = (VkPhysicalDeviceVulkan12Features){
-        .sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_VULKAN_1_2_FEATURES,
-        .pNext = coop,
-    };
-    VkPhysicalDeviceFeatures2 features = {
-        .sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_FEATURES_2,
-        .pNext = features12,
-    };
-    d->fn.vkGetPhysicalDeviceFeatures2(d->phys, &features);
-    VkPhysicalDeviceSubgroupProperties sub = {
-        .sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SUBGROUP_PROPERTIES,
-    };
-    VkPhysicalDeviceProperties2 p2 = {
-        .sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_PROPERTIES_2,
-        .pNext = &sub,
-    };
-    d->fn.vkGetPhysicalDeviceProperties2(d->phys, &p2);
-    if (!coop->cooperativeMatrix || !features12->storageBuffer8BitAccess ||
-        !features12->shaderInt8 || !features12->vulkanMemoryModel ||
-        !(sub.supportedOperations & VK_SUBGROUP_FEATURE_CLUSTERED_BIT))
-        return false;
     uint32_t n = 0;
     if (d->fn.vkGetPhysicalDeviceCooperativeMatrixPropertiesNV(d->phys, &n,
                                                                NULL) !=
@@ -642,6 +607,49 @@ static bool offers_int8_mma(const struct vk_device *d,
                     ps[i].DType == VK_COMPONENT_TYPE_SINT32_NV &&
                     ps[i].scope == VK_SCOPE_SUBGROUP_NV;
     free(ps);
+    return found;
+}
+
+/* Whether matmul_mma_q8_0 can run on d's chosen device: its int8 tiles
+ * (VK_NV_cooperative_matrix), int8 in storage buffers and shared memory,
+ * the Vulkan memory model, clustered subgroup operations, and subgroups
+ * all 32 wide. If so, features12 and coop hold what to enable. */
+static bool offers_int8_mma(const struct vk_device *d,
+                            VkPhysicalDeviceVulkan12Features *features12,
+                            VkPhysicalDeviceCooperativeMatrixFeaturesNV *coop)
+{
+    if (!d->fn.vkGetPhysicalDeviceFeatures2 ||
+        !d->fn.vkGetPhysicalDeviceProperties2 ||
+        !d->fn.vkGetPhysicalDeviceCooperativeMatrixPropertiesNV ||
+        d->props.apiVersion < VK_API_VERSION_1_2 ||
+        d->instance_api < VK_API_VERSION_1_2 || d->fixed_subgroup_size != 32 ||
+        !has_extension(d, d->phys, VK_NV_COOPERATIVE_MATRIX_EXTENSION_NAME))
+        return false;
+    *coop = (VkPhysicalDeviceCooperativeMatrixFeaturesNV){
+        .sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_COOPERATIVE_MATRIX_FEATURES_NV,
+    };
+    *features12 = (VkPhysicalDeviceVulkan12Features){
+        .sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_VULKAN_1_2_FEATURES,
+        .pNext = coop,
+    };
+    VkPhysicalDeviceFeatures2 has = {
+        .sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_FEATURES_2,
+        .pNext = features12,
+    };
+    d->fn.vkGetPhysicalDeviceFeatures2(d->phys, &has);
+    VkPhysicalDeviceSubgroupProperties sub = {
+        .sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SUBGROUP_PROPERTIES,
+    };
+    VkPhysicalDeviceProperties2 p2 = {
+        .sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_PROPERTIES_2,
+        .pNext = &sub,
+    };
+    d->fn.vkGetPhysicalDeviceProperties2(d->phys, &p2);
+    if (!coop->cooperativeMatrix || !features12->storageBuffer8BitAccess ||
+        !features12->shaderInt8 || !features12->vulkanMemoryModel ||
+        !(sub.supportedOperations & VK_SUBGROUP_FEATURE_CLUSTERED_BIT) ||
+        !lists_int8_tiles(d))
+        return false;
     /* enable only what the shader uses */
     *features12 = (VkPhysicalDeviceVulkan12Features){
         .sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_VULKAN_1_2_FEATURES,
@@ -654,7 +662,7 @@ static bool offers_int8_mma(const struct vk_device *d,
         .sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_COOPERATIVE_MATRIX_FEATURES_NV,
         .cooperativeMatrix = VK_TRUE,
     };
-    return found;
+    return true;
 }
 
 static int device_create(struct vk_device *d, struct kk_error *err)
