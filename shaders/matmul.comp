@@ -692,8 +692,9 @@ void main()
  * sums, one order of float steps), so a prompt gets the same bits however
  * it is cut into batches (test_vk_ops).
  *
- * The weights come in as plain 16-byte loads, every load of a run issued
- * before any is used, and go to the product through shared memory: loaded
+ * The weights come in as plain loads (16 bytes, 4 words or bytes, as the
+ * rows are aligned), every load of a run issued before any is used, and go
+ * to the product through shared memory: loaded
  * straight from the buffer by coopMatLoadNV, each tile was a round trip of
  * its own (decoding the 1B shape through this form took 3.6 ms a token,
  * 2.4 this way). Which sum of a product tile a lane holds is the driver's
@@ -802,16 +803,19 @@ void mma_add(inout float acc[MMA_LEN], CTILE c, CTILE e, uint k, uint i0)
 
 /* This subgroup's runs of blocks: its lanes' sums of tile elements e for
  * matrix ma (a) and, for MM_GATED, mb (g). Every lane of the subgroup runs
- * every step (the products are the subgroup's together). `gated` is a
- * constant where it is called, so each case is compiled with no branch
- * between its loads. */
-void mma_sums(uint ma, uint mb, const bool gated, uint r0, uint t0, uint nt,
-              CTILE e, out float a[MMA_LEN], out float g[MMA_LEN])
+ * every step (the products are the subgroup's together). The weights are
+ * read in row form `form` (row_form()); it and `gated` are constants where
+ * this is called, so each case is compiled with no branch between its
+ * loads. */
+void mma_sums(const uint form, uint ma, uint mb, const bool gated, uint r0,
+              uint t0, uint nt, CTILE e, out float a[MMA_LEN],
+              out float g[MMA_LEN])
 {
     const uint lane = gl_SubgroupInvocationID, sg = gl_SubgroupID;
     const uint nb = pc.n_cols / MMA_K;
-    /* lane l loads half l % 2 of row l / 2 of each tile */
-    const uint w0 = ((r0 + (lane >> 1u)) * pc.row_bytes >> 4u) + (lane & 1u);
+    /* lane l loads half l % 2 of row l / 2 of each tile (group 2 b + l % 2
+     * of the row) */
+    const uint off = (r0 + (lane >> 1u)) * pc.row_bytes;
     [[unroll]] for (uint i = 0u; i < MMA_LEN; i++) {
         a[i] = 0.0;
         g[i] = 0.0;
@@ -820,11 +824,15 @@ void mma_sums(uint ma, uint mb, const bool gated, uint r0, uint t0, uint nt,
         /* every load of the run first; blocks past the row's end load its
          * last one again and are not added */
         uvec4 wa[MMA_STEP], wg[MMA_STEP];
+        uint unused;   /* raw_group's scale: the lanes share them out below */
         float sa[MMA_STEP / 2u], sg2[MMA_STEP / 2u];
         [[unroll]] for (uint i = 0u; i < MMA_STEP; i++) {
-            const uint b = min(b0 + i, nb - 1u);
-            wa[i] = W4[ma].w4[w0 + 2u * b];
-            wg[i] = gated ? W4[mb].w4[w0 + 2u * b] : uvec4(0u);
+            const uint gi = 2u * min(b0 + i, nb - 1u) + (lane & 1u);
+            raw_group(form, ma, off, gi, wa[i], unused);
+            if (gated)
+                raw_group(form, mb, off, gi, wg[i], unused);
+            else
+                wg[i] = uvec4(0u);
         }
         /* the run's scales: lane l takes row l % 16 of blocks l / 16,
          * 2 + l / 16, ... */
@@ -884,10 +892,19 @@ void main()
     coopMatLoadNV(e, mma_index, sg * MMA_C, MMA_N, false);
 
     float a[MMA_LEN], g[MMA_LEN];
-    if (gated)
-        mma_sums(0u, 1u, true, r0, t0, nt, e, a, g);
+    const uint form = row_form();
+    if (gated && form == 0u)
+        mma_sums(0u, 0u, 1u, true, r0, t0, nt, e, a, g);
+    else if (gated && form == 1u)
+        mma_sums(1u, 0u, 1u, true, r0, t0, nt, e, a, g);
+    else if (gated)
+        mma_sums(2u, 0u, 1u, true, r0, t0, nt, e, a, g);
+    else if (form == 0u)
+        mma_sums(0u, m, m, false, r0, t0, nt, e, a, g);
+    else if (form == 1u)
+        mma_sums(1u, m, m, false, r0, t0, nt, e, a, g);
     else
-        mma_sums(m, m, false, r0, t0, nt, e, a, g);
+        mma_sums(2u, m, m, false, r0, t0, nt, e, a, g);
     barrier();   /* every subgroup is done with its x quants */
     [[unroll]] for (uint i = 0u; i < MMA_LEN; i++) {
         MMA_PART_PUT(sg * 2u * MMA_C + uint(e[i]), a[i]);

@@ -1735,8 +1735,9 @@ static void check_matmul_mma(int n_cols, int n_rows, int n_tokens,
 
 /* On a device with int8 tiles (the NVIDIA GPU) prefill's products of a
  * Q8_0 matrix that fits them go through matmul_mma_q8_0: it must compute
- * the CPU's Q8_0 product (rows of 8 to 264 blocks, a subgroup's last run
- * of blocks short, batches in one y-group and over several), give a token
+ * the CPU's Q8_0 product (rows of 8 to 264 blocks, 16-byte, 4-byte and
+ * 2-byte aligned, a subgroup's last run of blocks short, batches in one
+ * y-group and over several), give a token
  * the same bits alone and in any batch (a prompt cut into chunks another
  * way gets the same cache), and give the fused modes the bits of the
  * separate ops. */
@@ -1757,7 +1758,9 @@ static void test_matmul_mma_forms_agree_with_the_cpu_and_themselves(
     check_matmul_mma(2048, 48, 8, 2);
     check_matmul_mma(32 * 264, 32, 17, 3);
     check_matmul_mma(1024 + 256, 16, 3, 4);
-    static const int widths[] = {256, 2048, 32 * 264};
+    check_matmul_mma(32 * 30, 32, 9, 5);   /* rows 4-byte aligned */
+    check_matmul_mma(32 * 67, 16, 5, 6);   /* rows 2-byte aligned */
+    static const int widths[] = {256, 2048, 32 * 264, 32 * 30, 32 * 67};
     for (size_t i = 0; i < sizeof widths / sizeof widths[0]; i++) {
         struct mm_data d = mm_data_tiles(KK_Q8_0, widths[i], 17, 0x3a + i,
                                          VK_MMA_ROWS);

@@ -647,15 +647,14 @@ static uint32_t decode_workgroups(uint32_t sets)
     return wgs < VK_DECODE_MAX_WORKGROUPS ? wgs : VK_DECODE_MAX_WORKGROUPS;
 }
 
-/* Whether the int8 tile form takes these matrices: Q8_0 rows that are
- * whole 16-row tiles, each row 16-byte aligned (vk_shaders.h). */
+/* Whether the int8 tile form takes these matrices: Q8_0 in whole 16-row
+ * tiles (vk_shaders.h). */
 static bool mma_fits(const struct vk_backend *be, int count,
                      const struct weight *const *w)
 {
     bool fits = be->has_mma;
     for (int m = 0; m < count && fits; m++)
-        fits = w[m]->type == KK_Q8_0 && w[m]->n_rows % VK_MMA_ROWS == 0 &&
-               w[m]->row_bytes % 16 == 0;
+        fits = w[m]->type == KK_Q8_0 && w[m]->n_rows % VK_MMA_ROWS == 0;
     return fits;
 }
 

@@ -120,7 +120,7 @@ enum { VK_DECODE_MAX_WORKGROUPS = 1024 };
  * VK_MMA_ROWS rows (MM_GATED: of both matrices) and VK_MMA_TOKENS tokens:
  * grid (row groups numbered as above, n_tokens / VK_MMA_TOKENS rounded up,
  * z). It reads the weights as 16 x 32 tiles, so it takes only matrices of
- * whole tiles of 16-byte aligned rows (backend_vulkan.c's mma_fits).
+ * whole tiles (backend_vulkan.c's mma_fits).
  *
  * It takes prefill's batches only (VK_MMA_MIN_TOKENS and more; a verify
  * block has at most 17 rows): a token's bits there differ from the other
