@@ -678,9 +678,9 @@ void main()
 
 #elif defined(MM_MMA)
 
-/* The int8 tile form (matmul_mma_q8_0: prefill on devices with NVIDIA's
- * int8 cooperative matrices of 16 x 8 x 32 on 32-wide subgroups; when, in
- * vk_shaders.h): a workgroup owns a tile of 16 rows (MM_GATED: 16 rows of
+/* The int8 tile form (matmul_mma_q8_0: prefill's products on devices with
+ * NVIDIA's int8 cooperative matrices of 16 x 8 x 32 on 32-wide subgroups;
+ * vk_shaders.h says when it runs): a workgroup owns a tile of 16 rows (MM_GATED: 16 rows of
  * both matrices) and 8 tokens. Its subgroups split the row's blocks:
  * subgroup s takes runs of MMA_STEP blocks s, s + MMA_SUBGROUPS, ... in
  * order. Per block it quantizes the 8 tokens' 32 values of x as the CPU's
@@ -694,10 +694,9 @@ void main()
  *
  * The weights come in as plain loads (16 bytes, 4 words or bytes, as the
  * rows are aligned), every load of a run issued before any is used, and go
- * to the product through shared memory: loaded
- * straight from the buffer by coopMatLoadNV, each tile was a round trip of
- * its own (decoding the 1B shape through this form took 3.6 ms a token,
- * 2.4 this way). Which sum of a product tile a lane holds is the driver's
+ * to the product through shared memory: loaded straight from the buffer by
+ * coopMatLoadNV, each tile was a round trip of its own (decoding the 1B
+ * shape through this form took 3.6 ms a token, 2.4 this way). Which sum of a product tile a lane holds is the driver's
  * choice: each subgroup finds out once, by loading a tile of the elements'
  * own indices. Measured on the H200 (1B shape, prefill tok/s): runs of 2
  * blocks and 4 subgroups 8,656; 4 and 4, 7,942; 4 and 2, 8,564; 2 and 8,
