@@ -240,6 +240,18 @@ void be_kv_commit(struct backend *be, struct kv_cache *kv)
     be->ops->kv_commit(be, kv);
 }
 
+void norm_heads(struct backend *be, const struct be_rope *rope,
+                struct be_tensor *q, int n_head, struct be_tensor *k,
+                int n_head_kv, int n, int head_dim)
+{
+    if (!rope->q_norm)
+        return;
+    be->ops->rmsnorm(be, q, q, rope->q_norm, n * n_head, head_dim,
+                     rope->norm_eps);
+    be->ops->rmsnorm(be, k, k, rope->k_norm, n * n_head_kv, head_dim,
+                     rope->norm_eps);
+}
+
 void be_rope_kv_store(struct backend *be, struct kv_cache *kv, int il,
                       int pos0, int n, struct be_tensor *q, int n_head,
                       struct be_tensor *k, const struct be_tensor *v,
@@ -250,12 +262,7 @@ void be_rope_kv_store(struct backend *be, struct kv_cache *kv, int il,
                                n_head_kv, head_dim, rope);
         return;
     }
-    if (rope->q_norm) {
-        be->ops->rmsnorm(be, q, q, rope->q_norm, n * n_head, head_dim,
-                         rope->norm_eps);
-        be->ops->rmsnorm(be, k, k, rope->k_norm, n * n_head_kv, head_dim,
-                         rope->norm_eps);
-    }
+    norm_heads(be, rope, q, n_head, k, n_head_kv, n, head_dim);
     be->ops->rope(be, q, n, n_head, head_dim, rope->n_rot, rope->pos,
                   rope->base, rope->style);
     be->ops->rope(be, k, n, n_head_kv, head_dim, rope->n_rot, rope->pos,

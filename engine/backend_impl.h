@@ -106,6 +106,13 @@ int backend_vulkan_new(int device, const struct model *m,
  * by the same angles to the bit. */
 void rope_angles(int32_t pos, int n_rot, float base, float *cs);
 
+/* rope's per-head norms, where it has them, of q (n rows of n_head heads)
+ * and k (n_head_kv heads) in place, by be's rmsnorm op: be_rope_kv_store's
+ * first step, for a rope_kv_store op that cannot fold them in. */
+void norm_heads(struct backend *be, const struct be_rope *rope,
+                struct be_tensor *q, int n_head, struct be_tensor *k,
+                int n_head_kv, int n, int head_dim);
+
 /* The embedding rows of `tokens` as f32, times scale, into x (n rows of
  * w->n_cols): gathered on the host by every backend. */
 void embed_rows(const struct weight *w, const int32_t *tokens, int n,

@@ -214,13 +214,14 @@ static int make_pipeline(struct vk_backend *be, const char *shader,
                                 err);
 }
 
+/* Every matmul shader's bindings: W[MM_MAX_MATS], X, Y[MM_MAX_MATS], NORM. */
+static const int matmul_bindings[MM_BINDINGS] = {MM_MAX_MATS, 1, MM_MAX_MATS,
+                                                 1};
+
 /* matmul_<form><type> for every weight type into ps. */
 static int make_matmul_pipelines(struct vk_backend *be, const char *form,
                                  struct vk_pipeline *ps, struct kk_error *err)
 {
-    /* W[MM_MAX_MATS], X, Y[MM_MAX_MATS], NORM */
-    static const int matmul_bindings[MM_BINDINGS] = {MM_MAX_MATS, 1,
-                                                     MM_MAX_MATS, 1};
     for (int i = 0; i < N_MATMUL; i++) {
         char name[64];
         snprintf(name, sizeof name, "matmul_%s%s", form,
@@ -255,11 +256,9 @@ static int make_pipelines(struct vk_backend *be, struct kk_error *err)
                                be->matmul_dec[1], err)))
         return -1;
     be->has_mma = vk_device_has_int8_mma(be->dev);
-    static const int mma_bindings[MM_BINDINGS] = {MM_MAX_MATS, 1, MM_MAX_MATS,
-                                                  1};
     if (be->has_mma &&
         make_pipeline_arrays(be, "matmul_" VK_MATMUL_MMA_PREFIX "q8_0",
-                             MM_BINDINGS, mma_bindings,
+                             MM_BINDINGS, matmul_bindings,
                              sizeof(struct vk_push_matmul), &be->matmul_mma,
                              err))
         return -1;
@@ -969,12 +968,8 @@ static void vkb_rope_kv_store(struct backend *base, struct kv_cache *kv,
     const bool fold_norms =
         rope->q_norm && kv->row_bytes % (4 * (size_t)n_head_kv) == 0 &&
         (kv->type != KV_Q8_0 || head_dim % kv->block == 0);
-    if (rope->q_norm && !fold_norms) {
-        vkb_rmsnorm(base, q, q, rope->q_norm, n * n_head, head_dim,
-                    rope->norm_eps);
-        vkb_rmsnorm(base, k, k, rope->k_norm, n * n_head_kv, head_dim,
-                    rope->norm_eps);
-    }
+    if (!fold_norms)
+        norm_heads(base, rope, q, n_head, k, n_head_kv, n, head_dim);
     const struct vk_buffer *cs = rope_table(be, n, rope->n_rot, rope->pos,
                                             rope->base);
     if (!cs)

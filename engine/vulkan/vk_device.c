@@ -131,6 +131,7 @@ struct vk_device {
     VkPhysicalDevice phys;
     VkPhysicalDeviceProperties props;
     uint32_t fixed_subgroup_size;   /* struct device_facts */
+    bool has_clustered;             /* struct device_facts */
     bool has_int8_mma;              /* offers_int8_mma, and enabled */
     VkPhysicalDeviceMemoryProperties mem_props;
     VkDevice device;
@@ -368,6 +369,9 @@ struct device_facts {
      * (minSubgroupSize < maxSubgroupSize), a shader cannot count on the
      * width the device reports. */
     uint32_t fixed_subgroup_size;
+    /* Clustered subgroup operations in compute shaders (matmul_mma_q8_0's
+     * amax of 4 lanes). */
+    bool has_clustered;
 };
 
 /* Fills info and facts for pd. */
@@ -376,6 +380,7 @@ static void describe(const struct vk_device *d, VkPhysicalDevice pd,
                      struct device_facts *facts)
 {
     facts->fixed_subgroup_size = 0;
+    facts->has_clustered = false;
     memset(info, 0, sizeof *info);
     VkPhysicalDeviceProperties props;
     d->fn.vkGetPhysicalDeviceProperties(pd, &props);
@@ -458,10 +463,13 @@ static void describe(const struct vk_device *d, VkPhysicalDevice pd,
         if (ask_driver)
             *next = &driver;
         d->fn.vkGetPhysicalDeviceProperties2(pd, &p2);
-        has_arith = ask_sub &&
-                    (sub.supportedStages & VK_SHADER_STAGE_COMPUTE_BIT) &&
-                    (sub.supportedOperations &
-                     VK_SUBGROUP_FEATURE_ARITHMETIC_BIT);
+        const bool in_compute =
+            ask_sub && (sub.supportedStages & VK_SHADER_STAGE_COMPUTE_BIT);
+        has_arith = in_compute && (sub.supportedOperations &
+                                   VK_SUBGROUP_FEATURE_ARITHMETIC_BIT);
+        facts->has_clustered = in_compute &&
+                               (sub.supportedOperations &
+                                VK_SUBGROUP_FEATURE_CLUSTERED_BIT);
         if (ask_sub && (!ask_control ||
                         control.minSubgroupSize == control.maxSubgroupSize))
             facts->fixed_subgroup_size = sub.subgroupSize;
@@ -619,10 +627,10 @@ static bool offers_int8_mma(const struct vk_device *d,
                             VkPhysicalDeviceCooperativeMatrixFeaturesNV *coop)
 {
     if (!d->fn.vkGetPhysicalDeviceFeatures2 ||
-        !d->fn.vkGetPhysicalDeviceProperties2 ||
         !d->fn.vkGetPhysicalDeviceCooperativeMatrixPropertiesNV ||
         d->props.apiVersion < VK_API_VERSION_1_2 ||
         d->instance_api < VK_API_VERSION_1_2 || d->fixed_subgroup_size != 32 ||
+        !d->has_clustered ||
         !has_extension(d, d->phys, VK_NV_COOPERATIVE_MATRIX_EXTENSION_NAME))
         return false;
     *coop = (VkPhysicalDeviceCooperativeMatrixFeaturesNV){
@@ -637,17 +645,8 @@ static bool offers_int8_mma(const struct vk_device *d,
         .pNext = features12,
     };
     d->fn.vkGetPhysicalDeviceFeatures2(d->phys, &has);
-    VkPhysicalDeviceSubgroupProperties sub = {
-        .sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SUBGROUP_PROPERTIES,
-    };
-    VkPhysicalDeviceProperties2 p2 = {
-        .sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_PROPERTIES_2,
-        .pNext = &sub,
-    };
-    d->fn.vkGetPhysicalDeviceProperties2(d->phys, &p2);
     if (!coop->cooperativeMatrix || !features12->storageBuffer8BitAccess ||
         !features12->shaderInt8 || !features12->vulkanMemoryModel ||
-        !(sub.supportedOperations & VK_SUBGROUP_FEATURE_CLUSTERED_BIT) ||
         !lists_int8_tiles(d))
         return false;
     /* enable only what the shader uses */
@@ -844,6 +843,7 @@ int vk_device_open(int index, struct vk_device **out, struct kk_error *err)
     d->phys = pds[chosen];
     d->queue_family = facts[chosen].queue_family;
     d->fixed_subgroup_size = facts[chosen].fixed_subgroup_size;
+    d->has_clustered = facts[chosen].has_clustered;
     d->fn.vkGetPhysicalDeviceProperties(d->phys, &d->props);
     d->fn.vkGetPhysicalDeviceMemoryProperties(d->phys, &d->mem_props);
     rc = device_create(d, err);
