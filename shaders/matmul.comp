@@ -99,6 +99,10 @@
 
 #extension GL_KHR_shader_subgroup_basic : require
 #extension GL_KHR_shader_subgroup_arithmetic : require
+#ifdef MM_QX
+#extension GL_KHR_shader_subgroup_shuffle : require
+#extension GL_EXT_spirv_intrinsics : require
+#endif
 #ifdef MM_MMA
 #extension GL_KHR_shader_subgroup_clustered : require
 #extension GL_KHR_memory_scope_semantics : require
@@ -155,6 +159,7 @@ layout(push_constant) uniform Push {
     uint start[3];   /* first row group of matrix m; ~0u: no matrix m */
     uint use_gelu;
     float eps;       /* MM_NORM: the norm's epsilon */
+    uint lanes;      /* MM_QX: lanes per row */
 } pc;
 
 /* ---- per weight type ----
@@ -570,6 +575,46 @@ slots slots_of(uint m, uint r0, uint rows, bool gated)
     F(8u) F(9u) F(10u) F(11u) F(12u) F(13u) F(14u) F(15u)
 
 
+/* ---- x as Q8_0 blocks (the int8 forms) ----
+ * Each block of 32 values of x is quantized as the CPU's Q8_0 x is: amax,
+ * q = round-to-even(v * 127 / amax), scale amax / 127. */
+
+/* 1 / a (a > 0) from steps whose results IEEE fixes (a guess from a's
+ * bits, then Newton steps as fmas): the same bits in every shader and
+ * form, whatever a compiler makes of a division. */
+float q8_recip(float a)
+{
+    precise float y = uintBitsToFloat(0x7ef311c3u - floatBitsToUint(a));
+    [[unroll]] for (uint i = 0u; i < 3u; i++) {
+        precise float e = fma(-a, y, 1.0);
+        y = fma(y, e, y);
+    }
+    return y;
+}
+
+/* 127 / amax, the factor that quantizes a block whose largest magnitude
+ * is amax (0 for a block of zeros). */
+float q8_factor(float amax)
+{
+    precise float id = amax > 0.0 ? 127.0 * q8_recip(amax) : 0.0;
+    return id;
+}
+
+/* v * id rounded to even, as a byte. */
+uint q8_quant(float v, float id)
+{
+    precise float p = v * id;
+    return uint(int(roundEven(p))) & 0xffu;
+}
+
+/* Four values quantized, as one word of packed bytes (first value in the
+ * low byte). */
+uint q8_pack4(vec4 v, float id)
+{
+    return q8_quant(v.x, id) | q8_quant(v.y, id) << 8u |
+           q8_quant(v.z, id) << 16u | q8_quant(v.w, id) << 24u;
+}
+
 #if defined(MM_DECODE)
 
 #if MM_NS != 4 || MM_NT != 1
@@ -676,6 +721,249 @@ void main()
     }
 }
 
+#elif defined(MM_QX)
+
+/* The integer forms (matmul_qx1_q8_0, matmul_qx4_q8_0, matmul_qx8_q8_0 and
+ * their _norm_ forms: batches of 1, up to 4 and up to 8 tokens, y-groups
+ * of 8 past that; vk_shaders.h says when they run). Every Q8_0 product of
+ * a decode or verify batch goes through one of them, so that a token gets
+ * the same bits in each: x is quantized per block of 32 as the CPU's Q8_0
+ * x is (q8_pack4), each block's product of weight and x quants is an exact
+ * int32 sum (packed int8 dot products: whatever order the hardware adds
+ * in, the sum is the same), and only the float steps after it need a fixed
+ * order:
+ *   lane j of a row's pc.lanes lanes takes the row's blocks j, j + lanes,
+ *   ... in order, adding each block's sum times (weight scale * x scale)
+ *   into its partial with one fma; the partials meet in a butterfly over
+ *   the lanes (qx_sum: the same tree in every form). The host picks the
+ *   lanes by the matrices' shape alone (vk_qx_lanes), so a matrix gets
+ *   the same ones in every batch.
+ * With MM_NORM, x is normed as rmsnorm does (norm.glsl) before it is
+ * quantized.
+ *
+ * A workgroup first quantizes its tokens' x into shared memory, once, and
+ * then streams rows: qx_units() rows at a time (pc.lanes each), row sets of
+ * one matrix numbered as the other forms' groups, in turn over a grid the
+ * host caps. Rows wider than a chunk of shared memory are taken a chunk of
+ * x at a time. Against the float forms this moves a weight byte into the
+ * product with a quarter of the instructions, and the x a token needs
+ * comes from shared memory as a quarter of the bytes. */
+
+#if !defined(WTYPE_Q8_0) || MM_TEAMS != 4
+#error "matmul.comp: MM_QX is Q8_0 in workgroups of 4 teams"
+#endif
+#define QX_QLANES 8u                       /* lanes per block quantized */
+#define QX_INVOCATIONS (WG * TEAMS)
+#define QX_STEP (MM_NT == 1 ? 4u : 2u)     /* blocks whose loads go together */
+#define QX_WORDS 4096u                     /* shared words of x quants */
+#define QX_CB (QX_WORDS / (8u * MM_TOKENS))   /* blocks of x in a chunk */
+
+/* OpSDotKHR (VK_KHR_shader_integer_dot_product; the backend runs these
+ * forms only where the device has it) on two words of four int8 each.
+ * glslang before 14 has no GL_EXT_integer_dot_product, so the instruction
+ * is declared by number: 4450 OpSDotKHR, capabilities 6019 DotProductKHR
+ * and 6018 DotProductInput4x8BitPackedKHR; format 0 is
+ * PackedVectorFormat4x8Bit. */
+spirv_instruction(extensions = ["SPV_KHR_integer_dot_product"],
+                  capabilities = [6019, 6018], id = 4450)
+int qx_sdot(uint a, uint b, spirv_literal int packed_vector_format);
+
+/* The chunk's x quants and scales: words 4 h .. 4 h + 4 of block b of
+ * token t at qx_q4[qx_at(t, h, b)], so that a lane reads a block's x as
+ * two 16-byte loads (loads from shared memory are what the 8-token form
+ * waits on: a quarter as many as word by word) and the lanes of a row,
+ * on blocks in a row, read 16-byte words in a row (no bank conflicts). */
+shared uvec4 qx_q4[QX_WORDS / 4u];
+shared float qx_d[MM_TOKENS * QX_CB];
+uint qx_at(uint t, uint h, uint b)
+{
+    return (2u * t + h) * QX_CB + b;
+}
+
+/* Rows a workgroup takes at once. */
+uint qx_units() { return QX_INVOCATIONS / pc.lanes; }
+
+/* The sum of v over a row's pc.lanes lanes, and the largest of v over a
+ * block's QX_QLANES, as butterflies of subgroup shuffles (aligned runs of
+ * lanes within a subgroup): every lane gets the same bits, since a + b is
+ * b + a. */
+float qx_sum(float v)
+{
+    precise float s = v;
+    for (uint k = 1u; k < pc.lanes; k <<= 1u)
+        s = s + subgroupShuffleXor(s, k);
+    return s;
+}
+float qx_max(float v)
+{
+    float s = v;
+    [[unroll]] for (uint k = 1u; k < QX_QLANES; k <<= 1u)
+        s = max(s, subgroupShuffleXor(s, k));
+    return s;
+}
+
+/* Quantizes blocks cb0 .. cb0 + nblk of tokens t0 .. t0 + nt (normed with
+ * MM_NORM) into the chunk: a block per QX_QLANES lanes at a time, lane j
+ * taking values 4 j .. 4 j + 4. Every invocation takes part. */
+void qx_quantize(uint cb0, uint nblk, uint t0, uint nt)
+{
+    const uint j = gl_LocalInvocationID.x % QX_QLANES;
+    for (uint i = gl_LocalInvocationID.x / QX_QLANES; i < nt * nblk;
+         i += QX_INVOCATIONS / QX_QLANES) {
+        const uint t = i / nblk, b = i % nblk;
+        const vec4 v = load_x4(t0 + t, 32u * (cb0 + b) + 4u * j);
+        const vec4 a = abs(v);
+        const float amax = qx_max(max(max(a.x, a.y), max(a.z, a.w)));
+        qx_q4[qx_at(t, j >> 2u, b)][j & 3u] = q8_pack4(v, q8_factor(amax));
+        if (j == 0u) {
+            precise float d = amax * (1.0 / 127.0);
+            qx_d[t * QX_CB + b] = d;
+        }
+    }
+}
+
+/* Block gi / 2's quants of the row at byte off of matrix m (as
+ * raw_group's two groups) and the f16 bits of its scale. */
+void qx_block(uint form, uint m, uint off, uint b, out uvec4 lo, out uvec4 hi,
+              out uint d)
+{
+    uint unused;
+    raw_group(form, m, off, 2u * b, lo, d);
+    raw_group(form, m, off, 2u * b + 1u, hi, unused);
+}
+
+/* Block b of the chunk times x's block b for each token, added into p:
+ * the exact int32 sum, then one fma. */
+void qx_add(uvec4 lo, uvec4 hi, uint dbits, uint b, inout float p[MM_NT])
+{
+    const float dw = kk_f16_to_f32(dbits);
+    [[unroll]] for (uint t = 0u; t < MM_TOKENS; t++) {
+        const uvec4 xl = qx_q4[qx_at(t, 0u, b)], xh = qx_q4[qx_at(t, 1u, b)];
+        const int s = qx_sdot(lo.x, xl.x, 0) + qx_sdot(lo.y, xl.y, 0) +
+                      qx_sdot(lo.z, xl.z, 0) + qx_sdot(lo.w, xl.w, 0) +
+                      qx_sdot(hi.x, xh.x, 0) + qx_sdot(hi.y, xh.y, 0) +
+                      qx_sdot(hi.z, xh.z, 0) + qx_sdot(hi.w, xh.w, 0);
+        precise float sc = dw * qx_d[t * QX_CB + b];
+        p[t] = fma(float(s), sc, p[t]);
+    }
+}
+
+/* Lane j's partials over the chunk's blocks j, j + 8, ... (blocks cb0 ..
+ * cb0 + nblk of the row): for the row at byte off of matrix ma into pa
+ * and, gated, of matrix mb into pb. QX_STEP blocks' loads go together;
+ * a block past the chunk loads its last one again and is not added. The
+ * row form and `gated` are constants where this is called. */
+void qx_sums(const uint form, uint ma, uint mb, const bool gated, uint off,
+             uint cb0, uint nblk, inout float pa[MM_NT], inout float pb[MM_NT])
+{
+    const uint lanes = pc.lanes, j = gl_LocalInvocationID.x % lanes;
+    for (uint b0 = j; b0 < nblk; b0 += lanes * QX_STEP) {
+        uvec4 la[QX_STEP], ha[QX_STEP], lb[QX_STEP], hb[QX_STEP];
+        uint da[QX_STEP], db[QX_STEP];
+        [[unroll]] for (uint i = 0u; i < QX_STEP; i++) {
+            const uint b = cb0 + min(b0 + lanes * i, nblk - 1u);
+            qx_block(form, ma, off, b, la[i], ha[i], da[i]);
+            if (gated)
+                qx_block(form, mb, off, b, lb[i], hb[i], db[i]);
+        }
+        [[unroll]] for (uint i = 0u; i < QX_STEP; i++) {
+            const uint b = b0 + lanes * i;
+            if (b >= nblk)
+                break;
+            qx_add(la[i], ha[i], da[i], b, pa);
+            if (gated)
+                qx_add(lb[i], hb[i], db[i], b, pb);
+        }
+    }
+}
+
+/* qx_sums in the row form of this dispatch (a constant in each call). */
+void qx_sums_any(uint ma, uint mb, const bool gated, uint off, uint cb0,
+                 uint nblk, inout float pa[MM_NT], inout float pb[MM_NT])
+{
+    const uint form = row_form();
+    if (gated && form == 0u)
+        qx_sums(0u, ma, mb, true, off, cb0, nblk, pa, pb);
+    else if (gated && form == 1u)
+        qx_sums(1u, ma, mb, true, off, cb0, nblk, pa, pb);
+    else if (gated)
+        qx_sums(2u, ma, mb, true, off, cb0, nblk, pa, pb);
+    else if (form == 0u)
+        qx_sums(0u, ma, mb, false, off, cb0, nblk, pa, pb);
+    else if (form == 1u)
+        qx_sums(1u, ma, mb, false, off, cb0, nblk, pa, pb);
+    else
+        qx_sums(2u, ma, mb, false, off, cb0, nblk, pa, pb);
+}
+
+/* Row sets of qx_units() rows in the dispatch: through the last matrix. */
+uint qx_sets()
+{
+    uint total = 0u;
+    [[unroll]] for (uint m = 0u; m < 3u; m++)
+        if (pc.start[m] != ~0u)
+            total = pc.start[m] + (pc.n_rows[m] + qx_units() - 1u) /
+                                  qx_units();
+    return total;
+}
+
+void main()
+{
+    const uint unit = gl_LocalInvocationID.x / pc.lanes;
+    const uint j = gl_LocalInvocationID.x % pc.lanes;
+    const bool gated = pc.mode == MM_GATED;
+    const uint t0 = gl_WorkGroupID.y * MM_TOKENS;
+    const uint nt = min(MM_TOKENS, pc.n_tokens - t0);
+    const uint nb = pc.n_cols / 32u;
+    const uint chunks = (nb + QX_CB - 1u) / QX_CB;
+    const uint total = qx_sets();
+    /* a workgroup's turns: as many as its sets where no barrier is in the
+     * loop, else the same number in every workgroup */
+    const uint mine = gl_WorkGroupID.x < total % gl_NumWorkGroups.x ? 1u : 0u;
+    const uint turns = chunks == 1u ? total / gl_NumWorkGroups.x + mine
+                                    : (total + gl_NumWorkGroups.x - 1u) /
+                                          gl_NumWorkGroups.x;
+    norm_scales(t0, nt);   /* barriers: every invocation */
+    if (chunks == 1u) {
+        qx_quantize(0u, nb, t0, nt);
+        barrier();
+    }
+    for (uint k = 0u; k < turns; k++) {
+        /* one row set per turn: a matrix's (workgroup-uniform) */
+        const uint set = min(gl_WorkGroupID.x + k * gl_NumWorkGroups.x,
+                             total - 1u);
+        const uint m = matrix_of(set);
+        const uint r = (set - pc.start[m]) * qx_units() + unit;
+        const bool real = gl_WorkGroupID.x + k * gl_NumWorkGroups.x < total &&
+                          r < pc.n_rows[m];
+        const uint off = min(r, pc.n_rows[m] - 1u) * pc.row_bytes;
+        float pa[MM_NT], pb[MM_NT];
+        [[unroll]] for (uint t = 0u; t < MM_TOKENS; t++) {
+            pa[t] = 0.0;
+            pb[t] = 0.0;
+        }
+        for (uint c = 0u; c < chunks; c++) {
+            const uint cb0 = c * QX_CB, nblk = min(QX_CB, nb - cb0);
+            if (chunks > 1u) {
+                barrier();   /* every row is done with the last chunk */
+                qx_quantize(cb0, nblk, t0, nt);
+                barrier();
+            }
+            qx_sums_any(gated ? 0u : m, 1u, gated, off, cb0, nblk, pa, pb);
+        }
+        [[unroll]] for (uint t = 0u; t < MM_TOKENS; t++) {
+            const float sa = qx_sum(pa[t]);
+            const float sb = gated ? qx_sum(pb[t]) : 0.0;
+            if (!real || j != t || t >= nt)
+                continue;
+            if (gated)
+                store_gated(r, t0 + t, sa, sb);
+            else
+                store_sum(m, r, t0 + t, sa);
+        }
+    }
+}
+
 #elif defined(MM_MMA)
 
 /* The int8 tile form (matmul_mma_q8_0: prefill's products on devices with
@@ -732,26 +1020,6 @@ shared int mma_index[MMA_SUBGROUPS * MMA_C];
 #define MMA_PART_PUT(i, v) mma_xq[i] = floatBitsToUint(v)
 #define MMA_PART(i) uintBitsToFloat(mma_xq[i])
 
-/* 1 / a (a > 0) from steps whose results IEEE fixes (a guess from a's
- * bits, then Newton steps as fmas): the same bits in every shader and
- * form, whatever a compiler makes of a division. */
-float mma_recip(float a)
-{
-    precise float y = uintBitsToFloat(0x7ef311c3u - floatBitsToUint(a));
-    [[unroll]] for (uint i = 0u; i < 3u; i++) {
-        precise float e = fma(-a, y, 1.0);
-        y = fma(y, e, y);
-    }
-    return y;
-}
-
-/* v * id rounded to even, as a byte. */
-uint mma_quant(float v, float id)
-{
-    precise float p = v * id;
-    return uint(int(roundEven(p))) & 0xffu;
-}
-
 /* Quantizes block b of the tokens t0 .. t0 + nt (8 of them; past nt the
  * last again) into slot `slot` of this subgroup's x: lane l takes token
  * l / 4, values 8 (l % 4) .. + 8 of the block. */
@@ -764,13 +1032,11 @@ void mma_quantize(uint b, uint slot, uint t0, uint nt)
     const vec4 a = max(abs(v0), abs(v1));
     const float amax = subgroupClusteredMax(max(max(a.x, a.y), max(a.z, a.w)),
                                             4u);
-    precise float id = amax > 0.0 ? 127.0 * mma_recip(amax) : 0.0;
+    const float id = q8_factor(amax);
     const uint slot0 = gl_SubgroupID * MMA_STEP + slot;
     const uint at = slot0 * 64u + 8u * t + 2u * (lane & 3u);
-    mma_xq[at] = mma_quant(v0.x, id) | mma_quant(v0.y, id) << 8u |
-                 mma_quant(v0.z, id) << 16u | mma_quant(v0.w, id) << 24u;
-    mma_xq[at + 1u] = mma_quant(v1.x, id) | mma_quant(v1.y, id) << 8u |
-                      mma_quant(v1.z, id) << 16u | mma_quant(v1.w, id) << 24u;
+    mma_xq[at] = q8_pack4(v0, id);
+    mma_xq[at + 1u] = q8_pack4(v1, id);
     if ((lane & 3u) == 0u) {
         precise float d = amax * (1.0 / 127.0);
         mma_xd[slot0 * MMA_N + t] = d;

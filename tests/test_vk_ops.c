@@ -273,6 +273,16 @@ static const struct vk_matmul_form *matmul_form_of(const char *shader,
     return last;
 }
 
+/* The tokens per y-group of integer form `shader` (matmul_qx<n>_...), or
+ * 0 for another form. */
+static int qx_tokens_of(const char *shader)
+{
+    const char *rest = shader + strlen("matmul_");
+    if (strncmp(rest, VK_MATMUL_QX_PREFIX, strlen(VK_MATMUL_QX_PREFIX)))
+        return 0;
+    return atoi(rest + strlen(VK_MATMUL_QX_PREFIX));
+}
+
 static void matmul_on_device(const struct mm_call *c)
 {
     static const int bindings[MM_BINDINGS] = {MM_MAX_MATS, 1, MM_MAX_MATS,
@@ -280,15 +290,24 @@ static void matmul_on_device(const struct mm_call *c)
     const size_t row_bytes = dtype_row_bytes(c->type, (uint64_t)c->n_cols);
     const bool rowwise = strstr(c->shader, "_rows_") != NULL;
     const bool mma = strstr(c->shader, "_" VK_MATMUL_MMA_PREFIX) != NULL;
+    const int qx = qx_tokens_of(c->shader);
+    int all_rows = 0;
+    for (int m = 0; m < c->n_mats; m++)
+        all_rows += c->n_rows[m];
+    const uint32_t qx_lanes = vk_qx_lanes(
+        (uint32_t)(c->mode == MM_GATED ? c->n_rows[0] : all_rows),
+        (uint32_t)c->n_cols, vk_device_subgroup_size(dev));
     uint32_t teams = 1;
     const struct vk_matmul_form *form = matmul_form_of(c->shader, &teams);
     /* tokens a workgroup takes: the form's y-groups */
     const uint32_t y_tokens = rowwise ? MM_TOKENS
                               : mma   ? VK_MMA_TOKENS
+                              : qx    ? (uint32_t)qx
                                       : (uint32_t)form->max_tokens;
     const uint32_t per =
         rowwise ? MM_ROWWISE_ROWS
         : mma   ? VK_MMA_ROWS
+        : qx    ? VK_QX_INVOCATIONS / qx_lanes
                 : teams * (c->mode == MM_GATED ? MM_SLOTS / 2 : MM_SLOTS);
     const int n_out = c->mode == MM_STORE ? c->n_mats : 1;
     struct vk_buffer bw[MM_MAX_MATS], by[MM_MAX_MATS];
@@ -296,7 +315,7 @@ static void matmul_on_device(const struct mm_call *c)
                                   .row_bytes = (uint32_t)row_bytes,
                                   .n_tokens = (uint32_t)c->n_tokens,
                                   .mode = c->mode, .use_gelu = c->use_gelu,
-                                  .eps = c->eps};
+                                  .eps = c->eps, .lanes = qx_lanes};
     const struct vk_buffer *bufs[2 * MM_MAX_MATS + 2];
     uint32_t groups = 0;
     for (int m = 0; m < MM_MAX_MATS; m++) {
@@ -334,6 +353,12 @@ static void matmul_on_device(const struct mm_call *c)
          * has one workgroup take them all */
         gz = 1;
         gx = (c->seed & 1) ? 1 : ceil_div(groups, VK_DECODE_SUBGROUPS);
+    }
+    if (qx) {
+        /* the integer forms take row sets in turn too: an odd seed has
+         * one workgroup take them all, else one set per workgroup */
+        gz = 1;
+        gx = (c->seed & 1) ? 1 : groups;
     }
     run_arrays(c->shader, MM_BINDINGS, bindings, bufs, &push, sizeof push,
                gx, ceil_div(c->n_tokens, y_tokens), gz);
@@ -1485,9 +1510,11 @@ static void test_matmul_fused_forms_give_the_bits_of_separate_ops(
 
 /* Token t of a batch of 17 through `batched`, against the same token
  * through `part`, in batches of `k` (the last one shorter), in every mode,
- * to the bit. */
-static void check_same_bits_by_parts(const char *batched, const char *part,
-                                     int k, const struct mm_data *d)
+ * to the bit; both norm x with the weights `norm` first where that is not
+ * NULL (_norm_ forms). The parts' grid is the least the form allows. */
+static void check_same_bits_normed(const char *batched, const char *part,
+                                   int k, const struct mm_data *d,
+                                   const float *norm)
 {
     enum { TOKENS = 17 };
     const int n_cols = d->n_cols;
@@ -1502,13 +1529,13 @@ static void check_same_bits_by_parts(const char *batched, const char *part,
             bp[m] = batch[m];
             sp[m] = some[m];
         }
-        mm_run(batched, d, md->mode, md->n_mats, false, TOKENS, d->x, NULL,
+        mm_run(batched, d, md->mode, md->n_mats, false, TOKENS, d->x, norm,
                bp, 0);
         for (int t0 = 0; t0 < TOKENS; t0 += k) {
             const int n = TOKENS - t0 < k ? TOKENS - t0 : k;
             memset(some, 0, sizeof some);
             mm_run(part, d, md->mode, md->n_mats, false, n,
-                   d->x + (size_t)t0 * n_cols, NULL, sp, 0);
+                   d->x + (size_t)t0 * n_cols, norm, sp, 1);
             for (int m = 0; m < mm_outputs(md); m++) {
                 int rows = mm_out_rows(d, md->mode, m);
                 for (int t = 0; t < n; t++)
@@ -1523,6 +1550,13 @@ static void check_same_bits_by_parts(const char *batched, const char *part,
             }
         }
     }
+}
+
+/* check_same_bits_normed with x as it is (no norm folded in). */
+static void check_same_bits_by_parts(const char *batched, const char *part,
+                                     int k, const struct mm_data *d)
+{
+    check_same_bits_normed(batched, part, k, d, NULL);
 }
 
 /* A token's product does not depend on the batch it is in: speculative
@@ -1684,13 +1718,15 @@ static void test_matmul_norm_forms_give_the_bits_of_rmsnorm_then_matmul(
 
 /* ---- the int8 tile forms ---- */
 
-/* The int8 tile form's product of Q8_0 rows w with x, as the CPU's Q8_0
- * arithmetic makes it (x quantized per block of 32: amax, q = round to
- * even(x 127 / amax), scale amax / 127), within 1e-5 of the sum of the
- * terms' magnitudes plus one quant step of x per block (the shader's 127 /
- * amax may be an ulp off the exact one, moving a quant at a tie). */
-static void check_matmul_mma(int n_cols, int n_rows, int n_tokens,
-                             uint64_t seed)
+/* The product of Q8_0 rows w with x in `shader` (a form that quantizes x:
+ * the int8 tiles, the integer forms), as the CPU's Q8_0 arithmetic makes
+ * it (x quantized per block of 32: amax, q = round to even(x 127 / amax),
+ * scale amax / 127), within 1e-5 of the sum of the terms' magnitudes plus
+ * one quant step of x per block (the shader's 127 / amax may be an ulp off
+ * the exact one, moving a quant at a tie). With `norm` (a _norm_ form) x
+ * is RMS-normed by those weights first. */
+static void check_matmul_q8x(const char *shader, int n_cols, int n_rows,
+                             int n_tokens, const float *norm, uint64_t seed)
 {
     const int nb = n_cols / 32;
     const size_t row_bytes = dtype_row_bytes(KK_Q8_0, (uint64_t)n_cols);
@@ -1698,10 +1734,18 @@ static void check_matmul_mma(int n_cols, int n_rows, int n_tokens,
     uint8_t *w = random_rows(KK_Q8_0, n_cols, n_rows, row_bytes, &s);
     float *x = random_floats((size_t)n_tokens * n_cols, -1.0f, 1.0f, &s);
     float *y = malloc((size_t)n_tokens * n_rows * sizeof *y);
-    matmul_store("matmul_" VK_MATMUL_MMA_PREFIX "q8_0", KK_Q8_0, w, n_cols,
-                 n_rows, x, n_tokens, y, seed);
+    float *h = malloc((size_t)n_cols * sizeof *h);
+    struct mm_call c = {.shader = shader, .type = KK_Q8_0, .mode = MM_STORE,
+                        .n_cols = n_cols, .n_mats = 1, .n_rows = {n_rows},
+                        .n_tokens = n_tokens, .w = (const uint8_t *[]){w},
+                        .x = x, .y = &y, .seed = seed, .norm = norm,
+                        .eps = NORM_EPS};
+    matmul_on_device(&c);
     for (int t = 0; t < n_tokens; t++) {
         const float *xt = x + (size_t)t * n_cols;
+        const float scale = norm ? cpu_rms_scale(xt, n_cols, NORM_EPS) : 1;
+        for (int i = 0; i < n_cols; i++)
+            h[i] = norm ? xt[i] * scale * norm[i] : xt[i];
         for (int r = 0; r < n_rows; r++) {
             const uint8_t *row = w + (size_t)r * row_bytes;
             double ref = 0, mag = 0, step = 0;
@@ -1710,27 +1754,35 @@ static void check_matmul_mma(int n_cols, int n_rows, int n_tokens,
                 double dw = fp16_to_f32((uint16_t)(blk[0] | blk[1] << 8));
                 double amax = 0;
                 for (int j = 0; j < 32; j++)
-                    amax = fmax(amax, fabs(xt[32 * b + j]));
+                    amax = fmax(amax, fabs(h[32 * b + j]));
                 double id = amax > 0 ? 127.0 / amax : 0, dx = amax / 127.0;
                 long isum = 0;
                 for (int j = 0; j < 32; j++) {
                     long qw = (int8_t)blk[2 + j];
-                    isum += qw * lrint(xt[32 * b + j] * id);
-                    mag += fabs(dw * qw * xt[32 * b + j]);
+                    isum += qw * lrint(h[32 * b + j] * id);
+                    mag += fabs(dw * qw * h[32 * b + j]);
                 }
                 ref += dw * dx * (double)isum;
                 step = fmax(step, fabs(dw) * dx * 128.0);
             }
             const double got = y[(size_t)t * n_rows + r];
             if (!(fabs(got - ref) <= 1e-5 * mag + step))
-                fail_msg("matmul_mma_q8_0 %d cols x %d rows, %d tokens: "
-                         "y[%d][%d] = %.9g, want %.9g (sum |terms| %.6g)",
-                         n_cols, n_rows, n_tokens, t, r, got, ref, mag);
+                fail_msg("%s %d cols x %d rows, %d tokens: y[%d][%d] = %.9g, "
+                         "want %.9g (sum |terms| %.6g)", shader, n_cols,
+                         n_rows, n_tokens, t, r, got, ref, mag);
         }
     }
     free(w);
     free(x);
     free(y);
+    free(h);
+}
+
+static void check_matmul_mma(int n_cols, int n_rows, int n_tokens,
+                             uint64_t seed)
+{
+    check_matmul_q8x("matmul_" VK_MATMUL_MMA_PREFIX "q8_0", n_cols, n_rows,
+                     n_tokens, NULL, seed);
 }
 
 /* On a device with int8 tiles (the NVIDIA GPU) prefill's products of a
@@ -1772,6 +1824,77 @@ static void test_matmul_mma_forms_agree_with_the_cpu_and_themselves(
         check_fused_tiles(mma, KK_Q8_0, widths[i], 11, 0x5a + i,
                           VK_MMA_ROWS);
     }
+}
+
+/* ---- the integer forms ---- */
+
+/* matmul_qx<n>_[norm_]q8_0 */
+static void qx_name(char *name, size_t cap, int tokens, bool norm)
+{
+    snprintf(name, cap, "matmul_" VK_MATMUL_QX_PREFIX "%d_%sq8_0", tokens,
+             norm ? "norm_" : "");
+}
+
+/* Where the device runs them (vk_device_has_int_dot), every Q8_0 product
+ * of a decode or verify batch goes through the integer forms, so each must
+ * compute the CPU's Q8_0 product (x quantized per block; rows of 12 to
+ * 264 blocks, 16-byte, 4-byte and 2-byte aligned, rows wider than a chunk
+ * of x in shared memory, row sets not full, one workgroup taking every
+ * set; normed first in the _norm_ forms), give a token the same bits
+ * decoded and in a verify batch of any size (or speculative output could
+ * part from plain decoding at a near-tie), and give the fused modes the
+ * bits of the separate ops. */
+static void test_matmul_qx_forms_agree_with_the_cpu_and_themselves(
+    void **state)
+{
+    (void)state;
+    REQUIRE_DEVICE();
+    if (!vk_device_has_int_dot(dev)) {
+        fprintf(stderr, "*** SKIPPED: the integer forms (matmul_qx): this "
+                "device has no packed int8 dot products, clustered subgroup "
+                "operations or subgroups of a fixed multiple of 8 lanes\n");
+        return;
+    }
+    static const int widths[] = {32 * 12, 2048, 32 * 264, 32 * 30, 32 * 67};
+    uint64_t s = 0x71;
+    float *wt = random_floats(32 * 264, 0.5f, 1.5f, &s);
+    for (int f = 0; f < VK_QX_FORMS; f++)
+        for (int k = 0; k < 2; k++) {
+            char name[64];
+            const int most = f == VK_QX_FORMS - 1 ? VK_QX_MAX_BATCH
+                                                  : vk_qx_tokens[f];
+            qx_name(name, sizeof name, vk_qx_tokens[f], k);
+            for (size_t i = 0; i < sizeof widths / sizeof widths[0]; i++)
+                check_matmul_q8x(name, widths[i], 37 + (int)i,
+                                 1 + (int)i * 5 % most, k ? wt : NULL,
+                                 (uint64_t)(10 * f + i));
+            check_matmul_q8x(name, 2048, 70, most, k ? wt : NULL, 7);
+        }
+    char one[64], four[64], eight[64];
+    for (int k = 0; k < 2; k++) {
+        qx_name(one, sizeof one, 1, k);
+        qx_name(four, sizeof four, 4, k);
+        qx_name(eight, sizeof eight, 8, k);
+        for (size_t i = 0; i < sizeof widths / sizeof widths[0]; i++) {
+            struct mm_data d = mm_data_tiles(KK_Q8_0, widths[i], 17,
+                                             0x6a + i, 5);
+            const float *norm = k ? wt : NULL;
+            check_same_bits_normed(eight, one, 1, &d, norm);
+            check_same_bits_normed(eight, four, 2, &d, norm);
+            check_same_bits_normed(eight, four, 4, &d, norm);
+            check_same_bits_normed(eight, eight, 5, &d, norm);
+            mm_data_free(&d);
+        }
+    }
+    qx_name(one, sizeof one, 1, false);
+    qx_name(four, sizeof four, 4, false);
+    qx_name(eight, sizeof eight, 8, false);
+    for (size_t i = 0; i < sizeof widths / sizeof widths[0]; i++) {
+        check_fused_tiles(one, KK_Q8_0, widths[i], 1, 0x7a + i, 1);
+        check_fused_tiles(four, KK_Q8_0, widths[i], 3, 0x8a + i, 7);
+        check_fused_tiles(eight, KK_Q8_0, widths[i], 11, 0x9a + i, 9);
+    }
+    free(wt);
 }
 
 /* ---- rope_kv_store ---- */
@@ -2008,7 +2131,8 @@ static void test_every_shader_is_embedded(void **state)
         "matmul_t8_bf16", "matmul_t8_q8_0", "matmul_t8_q4_0",
         "matmul_t8_q5_0", "matmul_rows_f32", "matmul_rows_f16", "matmul_rows_bf16",
         "matmul_rows_q8_0", "matmul_rows_q4_0", "matmul_rows_q5_0",
-        "matmul_rows_q4_k", "matmul_rows_q6_k",
+        "matmul_rows_q4_k", "matmul_rows_q6_k", "matmul_qx1_q8_0",
+        "matmul_qx4_norm_q8_0", "matmul_qx8_q8_0",
         "rmsnorm", "rmsnorm_add", "rope", "add", "gated_act", "kv_store",
         "rope_kv_store", "rope_kv_store_norm", "attention", "attention_cpu"};
     for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
@@ -2056,6 +2180,8 @@ int main(void)
         cmocka_unit_test(test_kv_store_writes_kv_c_rows_byte_for_byte),
         cmocka_unit_test(
             test_kv_store_f16_rounds_every_half_midpoint_like_the_cpu),
+        cmocka_unit_test(
+            test_matmul_qx_forms_agree_with_the_cpu_and_themselves),
         cmocka_unit_test(test_attention_full_cache_matches_cpu),
         cmocka_unit_test(test_attention_ring_cache_after_wrap_matches_cpu),
         cmocka_unit_test(test_attention_sink_window_matches_cpu),

@@ -78,6 +78,11 @@ struct vk_backend {
      * (has_mma): prefill's batches of the matrices that fit it (mma_fits). */
     bool has_mma;
     struct vk_pipeline matmul_mma;
+    /* The integer forms of Q8_0, plain and with the norm folded in, by
+     * batch size (vk_qx_tokens), where the device runs them (has_qx): every
+     * Q8_0 product of a batch of up to VK_QX_MAX_BATCH tokens (qx_takes). */
+    bool has_qx;
+    struct vk_pipeline matmul_qx[2][VK_QX_FORMS];
     struct vk_pipeline rmsnorm, rmsnorm_add, rope, add, gated_act, kv_store,
         rope_kv_store, rope_kv_store_norm, attention;
     /* Host data of the pass being recorded (upload_alloc). The GPU may read
@@ -262,6 +267,22 @@ static int make_pipelines(struct vk_backend *be, struct kk_error *err)
                              sizeof(struct vk_push_matmul), &be->matmul_mma,
                              err))
         return -1;
+    /* Where invocations are a CPU's SIMD lanes (lavapipe) the integer forms
+     * run 3x slower than the rowwise ones (llama256 Q8_0, decode 26 tok/s
+     * against 88): there they run only when KAKEYA_VK_QX=1 asks (tests). */
+    const char *qx_env = getenv("KAKEYA_VK_QX");
+    be->has_qx = vk_device_has_int_dot(be->dev) &&
+                 (!rowwise || (qx_env && !strcmp(qx_env, "1")));
+    for (int f = 0; be->has_qx && f < VK_QX_FORMS; f++)
+        for (int k = 0; k < 2; k++) {
+            char name[64];
+            snprintf(name, sizeof name, "matmul_" VK_MATMUL_QX_PREFIX "%d_%sq8_0",
+                     vk_qx_tokens[f], k ? "norm_" : "");
+            if (make_pipeline_arrays(be, name, MM_BINDINGS, matmul_bindings,
+                                     sizeof(struct vk_push_matmul),
+                                     &be->matmul_qx[k][f], err))
+                return -1;
+        }
     return make_pipeline(be, "rmsnorm", 3, sizeof(struct vk_push_rmsnorm),
                          &be->rmsnorm, err) ||
            make_pipeline(be, "rmsnorm_add", 3,
@@ -388,6 +409,9 @@ static void vkb_free(struct backend *base)
         for (int i = 0; i < N_MATMUL; i++)
             vk_pipeline_free(be->dev, &be->matmul_dec[k][i]);
     vk_pipeline_free(be->dev, &be->matmul_mma);
+    for (int k = 0; k < 2; k++)
+        for (int f = 0; f < VK_QX_FORMS; f++)
+            vk_pipeline_free(be->dev, &be->matmul_qx[k][f]);
     vk_model_free(be->dev, be->weights);
     vk_device_close(be->dev);
     free(be);
@@ -617,18 +641,48 @@ static void vkb_rmsnorm(struct backend *base, struct be_tensor *y,
                         const struct be_tensor *x, const float *weight,
                         int n_groups, int dim, float eps);
 
-/* What the matmul of n tokens multiplies: x with the norm to fold, where
- * that form has a norm form; else norm's rows of x, made by a dispatch of
- * their own (then *fold is NULL). Both give the same bits (norm.glsl). */
+/* The rows of `count` matrices together. */
+static int64_t rows_of(int count, const struct weight *const *w)
+{
+    int64_t rows = 0;
+    for (int m = 0; m < count; m++)
+        rows += w[m]->n_rows;
+    return rows;
+}
+
+/* Whether the integer forms take these matrices in a batch of n: Q8_0 rows
+ * of VK_QX_MIN_COLS or more, on a device that runs them, in batches up to
+ * VK_QX_MAX_BATCH. */
+static bool qx_takes(const struct vk_backend *be, int count,
+                     const struct weight *const *w, int n)
+{
+    bool takes = be->has_qx && n <= VK_QX_MAX_BATCH;
+    for (int m = 0; m < count && takes; m++)
+        takes = w[m]->type == KK_Q8_0 && w[m]->n_cols >= VK_QX_MIN_COLS;
+    return takes;
+}
+
+/* What the matmuls of n tokens by the `count` matrices w multiply: x with
+ * the norm to fold, where each of their forms folds it; else norm's rows
+ * of x, made by a dispatch of their own (then *fold is NULL). A call whose
+ * matrices the integer forms take only in part norms in a dispatch for
+ * every batch size, so that those matrices get the same input decoding and
+ * verifying (the float forms give the same bits either way: norm.glsl). */
 static const struct be_tensor *matmul_input(struct vk_backend *be,
                                             const struct be_tensor *x,
                                             const struct be_norm *norm, int n,
+                                            int count,
+                                            const struct weight *const *w,
                                             const struct be_norm **fold)
 {
     *fold = NULL;
     if (!norm)
         return x;
-    if (be->has_norm_form[matmul_form(be, n)]) {
+    int qx = 0;
+    for (int m = 0; m < count; m++)
+        qx += qx_takes(be, 1, &w[m], n);
+    if (qx == count ||
+        (qx == 0 && be->has_norm_form[matmul_form(be, n)])) {
         *fold = norm;
         return x;
     }
@@ -674,14 +728,21 @@ static void record_matmul(struct vk_backend *be, uint32_t mode, int count,
                                 .use_gelu = use_gelu,
                                 .eps = norm ? norm->eps : 0.0f};
     /* (a prefill batch's norm is a dispatch of its own: matmul_input) */
-    const bool mma = !norm && n >= VK_MMA_MIN_TOKENS && mma_fits(be, count, w);
-    const bool decode = be->has_decode_form && n == 1 &&
+    const bool qx = qx_takes(be, count, w, n);
+    const bool mma = !qx && !norm && n >= VK_MMA_MIN_TOKENS &&
+                     mma_fits(be, count, w);
+    const bool decode = !qx && be->has_decode_form && n == 1 &&
                         w[0]->n_rows >= VK_DECODE_MIN_ROWS;
     const int teams = decode ? 1
                       : norm ? vk_matmul_forms[form].norm_teams
                              : vk_matmul_forms[form].teams;
+    if (qx)
+        pc.lanes = vk_qx_lanes((uint32_t)(mode == MM_GATED ? w[0]->n_rows
+                                                            : rows_of(count, w)),
+                               pc.n_cols, vk_device_subgroup_size(be->dev));
     const uint32_t per =
-        mma ? VK_MMA_ROWS
+        qx    ? VK_QX_INVOCATIONS / pc.lanes
+        : mma ? VK_MMA_ROWS
         : be->matmul_rowwise ? MM_ROWWISE_ROWS
                              : (uint32_t)teams * (mode == MM_GATED
                                                       ? MM_SLOTS / 2
@@ -718,6 +779,16 @@ static void record_matmul(struct vk_backend *be, uint32_t mode, int count,
                  decode_workgroups(groups), 1, 1);
         return;
     }
+    if (qx) {
+        int f = 0;
+        while (f + 1 < VK_QX_FORMS && n > vk_qx_tokens[f])
+            f++;
+        const uint32_t cap = vk_qx_max_workgroups[f];
+        dispatch(be, &be->matmul_qx[norm != NULL][f], bufs, &pc,
+                 groups < cap ? groups : cap,
+                 groups_of(n, vk_qx_tokens[f]), 1);
+        return;
+    }
     /* Row groups past the device's grid limit (a 256k-token vocabulary)
      * spill into z; the shader numbers groups x + z * groups_x. */
     uint32_t max_x = vk_device_max_groups_x(be->dev);
@@ -741,7 +812,7 @@ static void vkb_matmul(struct backend *base, const struct weight *w,
                        int n, struct be_tensor *y)
 {
     struct vk_backend *be = vkb(base);
-    x = matmul_input(be, x, norm, n, &norm);
+    x = matmul_input(be, x, norm, n, 1, &w, &norm);
     record_matmul(be, MM_STORE, 1, &w, x, norm, n, &y, false);
 }
 
@@ -754,7 +825,7 @@ static void vkb_matmul_multi(struct backend *base, int count,
                              struct be_tensor *const *y)
 {
     struct vk_backend *be = vkb(base);
-    x = matmul_input(be, x, norm, n, &norm);
+    x = matmul_input(be, x, norm, n, count, w, &norm);
     for (int i = 0; i < count;) {
         int k = 1;
         while (i + k < count && k < MM_MAX_MATS &&
@@ -784,7 +855,7 @@ static void vkb_gated_matmul(struct backend *base, const struct weight *w_gate,
     (void)up;
     struct vk_backend *be = vkb(base);
     const struct weight *w[] = {w_gate, w_up};
-    x = matmul_input(be, x, norm, n, &norm);
+    x = matmul_input(be, x, norm, n, 2, w, &norm);
     record_matmul(be, MM_GATED, 2, w, x, norm, n, &gate, use_gelu);
 }
 

@@ -121,6 +121,10 @@ struct pipeline_statistics {
     char *text;
 };
 
+/* Packed int8 dot products in shaders (OpSDotKHR): absent, core (Vulkan
+ * 1.3) or through VK_KHR_shader_integer_dot_product. */
+enum int_dot { INT_DOT_NONE, INT_DOT_CORE, INT_DOT_EXTENSION };
+
 struct vk_device {
     void *lib;                            /* dlopen handle of the loader */
     PFN_vkGetInstanceProcAddr get_proc;
@@ -132,7 +136,9 @@ struct vk_device {
     VkPhysicalDeviceProperties props;
     uint32_t fixed_subgroup_size;   /* struct device_facts */
     bool has_clustered;             /* struct device_facts */
+    bool has_shuffle;               /* struct device_facts */
     bool has_int8_mma;              /* offers_int8_mma, and enabled */
+    enum int_dot int_dot;           /* how packed int8 dot products are on */
     VkPhysicalDeviceMemoryProperties mem_props;
     VkDevice device;
     uint32_t queue_family;
@@ -370,8 +376,8 @@ struct device_facts {
      * width the device reports. */
     uint32_t fixed_subgroup_size;
     /* Clustered subgroup operations in compute shaders (matmul_mma_q8_0's
-     * amax of 4 lanes). */
-    bool has_clustered;
+     * amax of 4 lanes), and shuffles (the matmul_qx forms' sums of 8). */
+    bool has_clustered, has_shuffle;
 };
 
 /* Fills info and facts for pd. */
@@ -381,6 +387,7 @@ static void describe(const struct vk_device *d, VkPhysicalDevice pd,
 {
     facts->fixed_subgroup_size = 0;
     facts->has_clustered = false;
+    facts->has_shuffle = false;
     memset(info, 0, sizeof *info);
     VkPhysicalDeviceProperties props;
     d->fn.vkGetPhysicalDeviceProperties(pd, &props);
@@ -470,6 +477,8 @@ static void describe(const struct vk_device *d, VkPhysicalDevice pd,
         facts->has_clustered = in_compute &&
                                (sub.supportedOperations &
                                 VK_SUBGROUP_FEATURE_CLUSTERED_BIT);
+        facts->has_shuffle = in_compute && (sub.supportedOperations &
+                                            VK_SUBGROUP_FEATURE_SHUFFLE_BIT);
         if (ask_sub && (!ask_control ||
                         control.minSubgroupSize == control.maxSubgroupSize))
             facts->fixed_subgroup_size = sub.subgroupSize;
@@ -664,6 +673,35 @@ static bool offers_int8_mma(const struct vk_device *d,
     return true;
 }
 
+/* Whether the matmul_qx forms can run on d's chosen device, and how to
+ * enable what they need: packed int8 dot products (shaderIntegerDotProduct),
+ * subgroup shuffles, subgroups of one width, a multiple of 8. */
+static enum int_dot int_dot_support(const struct vk_device *d)
+{
+    if (!d->has_shuffle || d->fixed_subgroup_size < 8 ||
+        d->fixed_subgroup_size % 8 != 0)
+        return INT_DOT_NONE;
+    const bool has_ext = has_extension(
+        d, d->phys, VK_KHR_SHADER_INTEGER_DOT_PRODUCT_EXTENSION_NAME);
+    const bool is_core = d->props.apiVersion >= VK_API_VERSION_1_3 &&
+                         d->instance_api >= VK_API_VERSION_1_3;
+    if (!d->fn.vkGetPhysicalDeviceFeatures2 ||
+        d->instance_api < VK_API_VERSION_1_1 || (!is_core && !has_ext))
+        return INT_DOT_NONE;
+    VkPhysicalDeviceShaderIntegerDotProductFeatures dot = {
+        .sType =
+            VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SHADER_INTEGER_DOT_PRODUCT_FEATURES,
+    };
+    VkPhysicalDeviceFeatures2 has = {
+        .sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_FEATURES_2,
+        .pNext = &dot,
+    };
+    d->fn.vkGetPhysicalDeviceFeatures2(d->phys, &has);
+    if (!dot.shaderIntegerDotProduct)
+        return INT_DOT_NONE;
+    return is_core ? INT_DOT_CORE : INT_DOT_EXTENSION;
+}
+
 static int device_create(struct vk_device *d, struct kk_error *err)
 {
     float priority = 1.0f;
@@ -683,17 +721,33 @@ static int device_create(struct vk_device *d, struct kk_error *err)
     VkPhysicalDeviceCooperativeMatrixFeaturesNV coop;
     d->has_int8_mma = !(mma_env && !strcmp(mma_env, "0")) &&
                       offers_int8_mma(d, &features12, &coop);
-    const char *extensions[3] = {VK_KHR_PUSH_DESCRIPTOR_EXTENSION_NAME};
+    /* KAKEYA_VK_QX=0 leaves the integer dot products off (to compare). */
+    const char *qx_env = getenv("KAKEYA_VK_QX");
+    d->int_dot = qx_env && !strcmp(qx_env, "0") ? INT_DOT_NONE
+                                                 : int_dot_support(d);
+    const char *extensions[4] = {VK_KHR_PUSH_DESCRIPTOR_EXTENSION_NAME};
     uint32_t n_extensions = 1;
+    VkPhysicalDeviceShaderIntegerDotProductFeatures dot = {
+        .sType =
+            VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SHADER_INTEGER_DOT_PRODUCT_FEATURES,
+        .shaderIntegerDotProduct = VK_TRUE,
+    };
     VkPhysicalDevicePipelineExecutablePropertiesFeaturesKHR exec = {
         .sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_PIPELINE_EXECUTABLE_PROPERTIES_FEATURES_KHR,
         .pipelineExecutableInfo = VK_TRUE,
     };
-    /* chain: ci -> [exec] -> [features12 -> coop] */
+    /* chain: ci -> [exec] -> [dot] -> [features12 -> coop] */
     const void *chain = NULL;
     if (d->has_int8_mma) {
         extensions[n_extensions++] = VK_NV_COOPERATIVE_MATRIX_EXTENSION_NAME;
         chain = &features12;
+    }
+    if (d->int_dot != INT_DOT_NONE) {
+        if (d->int_dot == INT_DOT_EXTENSION)
+            extensions[n_extensions++] =
+                VK_KHR_SHADER_INTEGER_DOT_PRODUCT_EXTENSION_NAME;
+        dot.pNext = (void *)chain;
+        chain = &dot;
     }
     if (wants_statistics) {
         extensions[n_extensions++] =
@@ -844,6 +898,7 @@ int vk_device_open(int index, struct vk_device **out, struct kk_error *err)
     d->queue_family = facts[chosen].queue_family;
     d->fixed_subgroup_size = facts[chosen].fixed_subgroup_size;
     d->has_clustered = facts[chosen].has_clustered;
+    d->has_shuffle = facts[chosen].has_shuffle;
     d->fn.vkGetPhysicalDeviceProperties(d->phys, &d->props);
     d->fn.vkGetPhysicalDeviceMemoryProperties(d->phys, &d->mem_props);
     rc = device_create(d, err);
@@ -1319,6 +1374,11 @@ bool vk_device_is_cpu(const struct vk_device *d)
 uint32_t vk_device_subgroup_size(const struct vk_device *d)
 {
     return d->fixed_subgroup_size;
+}
+
+bool vk_device_has_int_dot(const struct vk_device *d)
+{
+    return d->int_dot != INT_DOT_NONE;
 }
 
 bool vk_device_has_int8_mma(const struct vk_device *d)

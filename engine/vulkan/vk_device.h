@@ -13,7 +13,9 @@
  * subgroup arithmetic in compute shaders and dynamically uniform indexing
  * of storage-buffer arrays (every desktop GPU driver and lavapipe).
  * Shaders read and write storage buffers as 32-bit words only, so no 8- or
- * 16-bit storage features are needed.
+ * 16-bit storage features are needed. Optional, enabled where the device
+ * has them: packed int8 dot products (Vulkan 1.3 or VK_KHR_shader_integer_
+ * dot_product) and NVIDIA's int8 cooperative matrices.
  *
  * Recording: vk_begin() opens a recording; vk_dispatch() and vk_copy()
  * record into it, each followed by a full compute/transfer memory barrier
@@ -131,6 +133,11 @@ uint32_t vk_device_subgroup_size(const struct vk_device *d);
  * (VK_NV_cooperative_matrix, enabled when opened; KAKEYA_VK_MMA=0 leaves
  * it off): the matmul_mma_ forms run there. */
 bool vk_device_has_int8_mma(const struct vk_device *d);
+/* Whether the matmul_qx forms run: packed int8 dot products (OpSDotKHR:
+ * shaderIntegerDotProduct, enabled at open where the device has it, unless
+ * KAKEYA_VK_QX=0), subgroup shuffles, and subgroups of one width, a
+ * multiple of 8. */
+bool vk_device_has_int_dot(const struct vk_device *d);
 /* The limits a caller sizes dispatches by. */
 uint32_t vk_device_max_groups_x(const struct vk_device *d);
 uint64_t vk_device_max_buffer_range(const struct vk_device *d);

@@ -59,6 +59,28 @@ const struct vk_matmul_form vk_matmul_forms[VK_MATMUL_FORMS] = {
     {"t8_", 8, 16, 4, NULL, 0},
     {"", MM_TOKENS, INT_MAX, 1, NULL, 0}};
 
+const int vk_qx_tokens[VK_QX_FORMS] = {1, 4, 8};
+const uint32_t vk_qx_max_workgroups[VK_QX_FORMS] = {512, 256, 256};
+
+/* Invocations a dispatch should have at least (lanes double until they
+ * do). Measured on the H200 (1B shape, Q8_0, two rounds): with 8 lanes a
+ * row for every matrix, the o and down projections (2,048 rows, 64
+ * workgroups) took 18.4 us a decode step and decoding 1.57-1.65 ms a token;
+ * at 131,072 (32 lanes for o, down and q/k/v, 16 for gate and up) q/k/v
+ * and gate/up were slower (13.7 and 20.1 us against 12.1 and 17.0) and
+ * verifying 16 tokens took 5.9 ms; at 32,768 (o and down 16, the rest 8)
+ * decoding took 1.39-1.41 ms and verifying 16 tokens 4.15-4.26. */
+enum { QX_BUSY = 32768 };
+
+uint32_t vk_qx_lanes(uint32_t rows, uint32_t n_cols, uint32_t subgroup)
+{
+    uint32_t lanes = 8;
+    while (lanes < 32 && 2 * lanes <= subgroup &&
+           2 * lanes <= n_cols / 32 && (uint64_t)rows * lanes < QX_BUSY)
+        lanes *= 2;
+    return lanes;
+}
+
 int vk_shader_max_invocations(void)
 {
     int most = VK_ATTENTION_INVOCATIONS;

@@ -69,6 +69,7 @@ struct vk_push_matmul {
     uint32_t start[MM_MAX_MATS];
     uint32_t use_gelu;
     float eps;
+    uint32_t lanes;   /* the integer forms' lanes per row (vk_qx_lanes) */
 };
 
 /* The GPU forms of matmul_<t> by batch size, smallest first: the first
@@ -131,6 +132,46 @@ enum { VK_DECODE_MAX_WORKGROUPS = 1024 };
  * 16-row tile quantizes its x for only 16 rows). */
 #define VK_MATMUL_MMA_PREFIX "mma_"
 enum { VK_MMA_ROWS = 16, VK_MMA_TOKENS = 8, VK_MMA_MIN_TOKENS = 32 };
+
+/* The integer forms of Q8_0, for devices with packed int8 dot products
+ * (vk_device_has_int_dot): matmul_qx1_q8_0, matmul_qx4_q8_0 and
+ * matmul_qx8_q8_0 (y-groups of 1, 4 and 8 tokens; the last takes batches
+ * of up to VK_QX_MAX_BATCH in several), and the same with the norm folded
+ * in (matmul_qx1_norm_q8_0, ...), `lanes` invocations on a row (lanes
+ * from vk_qx_lanes). x is quantized per block of 32 as the
+ * CPU's Q8_0 x is, and a token gets the same bits in each of them, which
+ * are not the float forms' bits: so where they run they take every Q8_0
+ * product of a decode or verify batch (prefill's longer batches may take
+ * other forms: no decoded token meets them). A workgroup is VK_QX_UNITS
+ * units of 8 invocations, each on a row at a time (MM_GATED: a row of
+ * both matrices); row sets of VK_QX_INVOCATIONS / lanes rows are numbered
+ * as the groups above and taken in turn: set k, k + groups_x, ... (no z),
+ * so groups_x may be anything from 1; the backend caps it at
+ * vk_qx_max_workgroups. */
+#define VK_MATMUL_QX_PREFIX "qx"
+enum { VK_QX_INVOCATIONS = 256, VK_QX_MAX_BATCH = 16, VK_QX_FORMS = 3 };
+/* The integer forms take rows of VK_QX_MIN_COLS values or more. On the
+ * H200 the default model (384-wide rows) decoded 0.80-0.81 ms a token
+ * through them against 0.76 and the 360M shape (960) 1.84-1.91 against
+ * 1.76, while the 1B shape (2,048 and 8,192) got faster. A matrix is in
+ * or out whatever the batch, so its bits stay the same in every batch. */
+enum { VK_QX_MIN_COLS = 1024 };
+/* Tokens per y-group of each integer form (matmul_qx<n>_), smallest
+ * first: a batch takes the first that holds it, the last in y-groups;
+ * and each form's cap on groups_x. Every workgroup quantizes its tokens'
+ * x before its first row, so a form of more tokens wants fewer, longer
+ * lived workgroups: on the H200 (1B shape) verifying 8 tokens took
+ * 2.86-2.88 ms with caps of 512 and 256, 3.34-3.45 with 1,024 for all,
+ * and 4.38 with 256 and 128. */
+extern const int vk_qx_tokens[VK_QX_FORMS];
+extern const uint32_t vk_qx_max_workgroups[VK_QX_FORMS];
+/* The integer forms' lanes per row for a dispatch of `rows` rows (MM_GATED:
+ * of one matrix) of n_cols on a device whose subgroups are `subgroup`
+ * wide: 8, 16 or 32, more where rows are few, so that every matrix keeps
+ * the GPU busy; never more than a subgroup (the lanes meet by shuffles) or
+ * than the row has blocks. A function of the shape alone: a matrix's
+ * products have the same bits in every batch. */
+uint32_t vk_qx_lanes(uint32_t rows, uint32_t n_cols, uint32_t subgroup);
 
 /* attention's workgroup size (attention.comp's ATT_WG; they must match);
  * attention_cpu, for CPU-backed devices, has 64. */
