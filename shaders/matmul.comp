@@ -844,7 +844,8 @@ void qx_add(uvec4 lo, uvec4 hi, uint dbits, uint b, inout float p[MM_NT])
                       qx_sdot(hi.x, xh.x, 0) + qx_sdot(hi.y, xh.y, 0) +
                       qx_sdot(hi.z, xh.z, 0) + qx_sdot(hi.w, xh.w, 0);
         precise float sc = dw * qx_d[t * QX_CB + b];
-        p[t] = fma(float(s), sc, p[t]);
+        precise float r = fma(float(s), sc, p[t]);
+        p[t] = r;
     }
 }
 

@@ -82,6 +82,7 @@ struct vk_backend {
      * batch size (vk_qx_tokens), where the device runs them (has_qx): every
      * Q8_0 product of a batch of up to VK_QX_MAX_BATCH tokens (qx_takes). */
     bool has_qx;
+    int qx_min_cols;   /* VK_QX_MIN_COLS, or 0 where KAKEYA_VK_QX=1 */
     struct vk_pipeline matmul_qx[2][VK_QX_FORMS];
     struct vk_pipeline rmsnorm, rmsnorm_add, rope, add, gated_act, kv_store,
         rope_kv_store, rope_kv_store_norm, attention;
@@ -269,10 +270,12 @@ static int make_pipelines(struct vk_backend *be, struct kk_error *err)
         return -1;
     /* Where invocations are a CPU's SIMD lanes (lavapipe) the integer forms
      * run 3x slower than the rowwise ones (llama256 Q8_0, decode 26 tok/s
-     * against 88): there they run only when KAKEYA_VK_QX=1 asks (tests). */
+     * against 88), and on narrow rows they do not pay (VK_QX_MIN_COLS):
+     * KAKEYA_VK_QX=1 asks for them there too (tests). */
     const char *qx_env = getenv("KAKEYA_VK_QX");
-    be->has_qx = vk_device_has_int_dot(be->dev) &&
-                 (!rowwise || (qx_env && !strcmp(qx_env, "1")));
+    const bool qx_always = qx_env && !strcmp(qx_env, "1");
+    be->has_qx = vk_device_has_int_dot(be->dev) && (!rowwise || qx_always);
+    be->qx_min_cols = qx_always ? 0 : VK_QX_MIN_COLS;
     for (int f = 0; be->has_qx && f < VK_QX_FORMS; f++)
         for (int k = 0; k < 2; k++) {
             char name[64];
@@ -651,14 +654,14 @@ static int64_t rows_of(int count, const struct weight *const *w)
 }
 
 /* Whether the integer forms take these matrices in a batch of n: Q8_0 rows
- * of VK_QX_MIN_COLS or more, on a device that runs them, in batches up to
- * VK_QX_MAX_BATCH. */
+ * of VK_QX_MIN_COLS or more (any, with KAKEYA_VK_QX=1), on a device that
+ * runs them, in batches up to VK_QX_MAX_BATCH. */
 static bool qx_takes(const struct vk_backend *be, int count,
                      const struct weight *const *w, int n)
 {
     bool takes = be->has_qx && n <= VK_QX_MAX_BATCH;
     for (int m = 0; m < count && takes; m++)
-        takes = w[m]->type == KK_Q8_0 && w[m]->n_cols >= VK_QX_MIN_COLS;
+        takes = w[m]->type == KK_Q8_0 && w[m]->n_cols >= be->qx_min_cols;
     return takes;
 }
 

@@ -149,7 +149,10 @@ enum { VK_MMA_ROWS = 16, VK_MMA_TOKENS = 8, VK_MMA_MIN_TOKENS = 32 };
  * so groups_x may be anything from 1; the backend caps it at
  * vk_qx_max_workgroups. */
 #define VK_MATMUL_QX_PREFIX "qx"
-enum { VK_QX_INVOCATIONS = 256, VK_QX_MAX_BATCH = 16, VK_QX_FORMS = 3 };
+/* VK_QX_MAX_BATCH: the longest verify batch, a block of 16 drafted tokens
+ * and the last accepted one (a verify batch of 17 in other forms than the
+ * decoded tokens' broke speculative = plain in test_vulkan). */
+enum { VK_QX_INVOCATIONS = 256, VK_QX_MAX_BATCH = 17, VK_QX_FORMS = 3 };
 /* The integer forms take rows of VK_QX_MIN_COLS values or more. On the
  * H200 the default model (384-wide rows) decoded 0.80-0.81 ms a token
  * through them against 0.76 and the 360M shape (960) 1.84-1.91 against
