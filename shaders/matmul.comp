@@ -770,9 +770,9 @@ int qx_sdot(uint a, uint b, spirv_literal int packed_vector_format);
 
 /* The chunk's x quants and scales: words 4 h .. 4 h + 4 of block b of
  * token t at qx_q4[qx_at(t, h, b)], so that a lane reads a block's x as
- * two 16-byte loads (loads from shared memory are what the 8-token form
- * waits on: a quarter as many as word by word) and the lanes of a row,
- * on blocks in a row, read 16-byte words in a row (no bank conflicts). */
+ * two 16-byte loads (a quarter as many as word by word, though on the
+ * H200 that changed nothing) and the lanes of a row, on blocks in a row,
+ * read 16-byte words in a row (no bank conflicts). */
 shared uvec4 qx_q4[QX_WORDS / 4u];
 shared float qx_d[MM_TOKENS * QX_CB];
 uint qx_at(uint t, uint h, uint b)
@@ -822,8 +822,8 @@ void qx_quantize(uint cb0, uint nblk, uint t0, uint nt)
     }
 }
 
-/* Block gi / 2's quants of the row at byte off of matrix m (as
- * raw_group's two groups) and the f16 bits of its scale. */
+/* Block b's quants of the row at byte off of matrix m (as raw_group's
+ * two groups) and the f16 bits of its scale. */
 void qx_block(uint form, uint m, uint off, uint b, out uvec4 lo, out uvec4 hi,
               out uint d)
 {
