@@ -384,6 +384,19 @@ static void matmul_store(const char *shader, uint32_t type, const uint8_t *w,
     matmul_on_device(&c);
 }
 
+/* y[t][r] of a matmul of n_tokens x n_cols by n_rows x n_cols in `shader`
+ * (got) within `allowed` of the reference ref, whose terms' magnitudes sum
+ * to mag. */
+static void expect_product(const char *shader, int n_cols, int n_rows,
+                           int n_tokens, int t, int r, double got, double ref,
+                           double mag, double allowed)
+{
+    if (!(fabs(got - ref) <= allowed))
+        fail_msg("%s %d cols x %d rows, %d tokens: y[%d][%d] = %.9g, want "
+                 "%.9g (sum |terms| %.6g)", shader, n_cols, n_rows, n_tokens,
+                 t, r, got, ref, mag);
+}
+
 static void check_matmul(uint32_t type, const char *shader, int n_cols,
                          int n_rows, int n_tokens, uint64_t seed)
 {
@@ -405,11 +418,9 @@ static void check_matmul(uint32_t type, const char *shader, int n_cols,
                 ref += term;
                 mag += fabs(term);
             }
-            double got = y[(size_t)t * n_rows + r];
-            if (!(fabs(got - ref) <= 1e-4 * mag + 1e-20))
-                fail_msg("%s %d cols x %d rows, %d tokens: y[%d][%d] = %.9g, "
-                         "want %.9g (sum |terms| %.6g)", shader, n_cols,
-                         n_rows, n_tokens, t, r, got, ref, mag);
+            expect_product(shader, n_cols, n_rows, n_tokens, t, r,
+                           y[(size_t)t * n_rows + r], ref, mag,
+                           1e-4 * mag + 1e-20);
         }
     }
     free(w);
@@ -1765,11 +1776,9 @@ static void check_matmul_q8x(const char *shader, int n_cols, int n_rows,
                 ref += dw * dx * (double)isum;
                 step = fmax(step, fabs(dw) * dx * 128.0);
             }
-            const double got = y[(size_t)t * n_rows + r];
-            if (!(fabs(got - ref) <= 1e-5 * mag + step))
-                fail_msg("%s %d cols x %d rows, %d tokens: y[%d][%d] = %.9g, "
-                         "want %.9g (sum |terms| %.6g)", shader, n_cols,
-                         n_rows, n_tokens, t, r, got, ref, mag);
+            expect_product(shader, n_cols, n_rows, n_tokens, t, r,
+                           y[(size_t)t * n_rows + r], ref, mag,
+                           1e-5 * mag + step);
         }
     }
     free(w);

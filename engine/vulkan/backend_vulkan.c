@@ -271,10 +271,13 @@ static int make_pipelines(struct vk_backend *be, struct kk_error *err)
     /* Where invocations are a CPU's SIMD lanes (lavapipe) the integer forms
      * run 3x slower than the rowwise ones (llama256 Q8_0, decode 26 tok/s
      * against 88), and on narrow rows they do not pay (VK_QX_MIN_COLS):
-     * KAKEYA_VK_QX=1 asks for them there too (tests). */
+     * KAKEYA_VK_QX=1 asks for them there too (tests), 0 for none at all
+     * (to compare). */
     const char *qx_env = getenv("KAKEYA_VK_QX");
     const bool qx_always = qx_env && !strcmp(qx_env, "1");
-    be->has_qx = vk_device_has_int_dot(be->dev) && (!rowwise || qx_always);
+    const bool qx_never = qx_env && !strcmp(qx_env, "0");
+    be->has_qx = vk_device_has_int_dot(be->dev) && !qx_never &&
+                 (!rowwise || qx_always);
     be->qx_min_cols = qx_always ? 0 : VK_QX_MIN_COLS;
     for (int f = 0; be->has_qx && f < VK_QX_FORMS; f++)
         for (int k = 0; k < 2; k++) {

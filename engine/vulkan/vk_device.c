@@ -721,10 +721,7 @@ static int device_create(struct vk_device *d, struct kk_error *err)
     VkPhysicalDeviceCooperativeMatrixFeaturesNV coop;
     d->has_int8_mma = !(mma_env && !strcmp(mma_env, "0")) &&
                       offers_int8_mma(d, &features12, &coop);
-    /* KAKEYA_VK_QX=0 leaves the integer dot products off (to compare). */
-    const char *qx_env = getenv("KAKEYA_VK_QX");
-    d->int_dot = qx_env && !strcmp(qx_env, "0") ? INT_DOT_NONE
-                                                 : int_dot_support(d);
+    d->int_dot = int_dot_support(d);
     const char *extensions[4] = {VK_KHR_PUSH_DESCRIPTOR_EXTENSION_NAME};
     uint32_t n_extensions = 1;
     VkPhysicalDeviceShaderIntegerDotProductFeatures dot = {

@@ -133,10 +133,10 @@ uint32_t vk_device_subgroup_size(const struct vk_device *d);
  * (VK_NV_cooperative_matrix, enabled when opened; KAKEYA_VK_MMA=0 leaves
  * it off): the matmul_mma_ forms run there. */
 bool vk_device_has_int8_mma(const struct vk_device *d);
-/* Whether the matmul_qx forms run: packed int8 dot products (OpSDotKHR:
- * shaderIntegerDotProduct, enabled at open where the device has it, unless
- * KAKEYA_VK_QX=0), subgroup shuffles, and subgroups of one width, a
- * multiple of 8. */
+/* Whether the matmul_qx forms can run: packed int8 dot products
+ * (OpSDotKHR: shaderIntegerDotProduct, enabled at open where the device
+ * has it), subgroup shuffles, and subgroups of one width, a multiple of 8.
+ * (The backend decides whether they do: KAKEYA_VK_QX.) */
 bool vk_device_has_int_dot(const struct vk_device *d);
 /* The limits a caller sizes dispatches by. */
 uint32_t vk_device_max_groups_x(const struct vk_device *d);
