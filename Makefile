@@ -72,8 +72,8 @@ $(BUILD)/%.o: %.c
 # and matmul_dec_norm_<t>, decode on devices with 32-wide subgroups (the
 # output matrix); matmul_mma_q8_0, prefill's Q8_0 products as int8 tiles
 # on devices with NVIDIA's cooperative matrices; matmul_qx1_q8_0,
-# matmul_qx4_q8_0 and matmul_qx8_q8_0 (and their _norm_ forms), decode's
-# and verify's Q8_0 products in packed int8 dot products. spirv.S pulls
+# matmul_qx4_q8_0, matmul_qx8_q8_0 and matmul_qx8r2_q8_0 (and their _norm_
+# forms), decode's and verify's Q8_0 products in packed int8 dot products. spirv.S pulls
 # every .spv in with .incbin; shader_list.h names them for vk_shaders.c's
 # table.
 MATMUL_TYPES := f32 f16 bf16 q8_0 q4_0 q5_0 q4_k q6_k
@@ -82,7 +82,7 @@ MATMUL_FORMS := matmul_ matmul_t8_ matmul_t4_ matmul_one_ matmul_rows_ \
                 matmul_dec_ matmul_dec_norm_
 SHADER_NAMES := $(foreach f,$(MATMUL_FORMS),$(MATMUL_TYPES:%=$(f)%)) \
                 matmul_mma_q8_0 \
-                $(foreach n,1 4 8,matmul_qx$(n)_q8_0 matmul_qx$(n)_norm_q8_0) \
+                $(foreach n,1 4 8 8r2,matmul_qx$(n)_q8_0 matmul_qx$(n)_norm_q8_0) \
                 rmsnorm rmsnorm_add rope add gated_act \
                 kv_store rope_kv_store rope_kv_store_norm attention \
                 attention_cpu
@@ -119,9 +119,11 @@ MATMUL_DEFS_mma_ := -DMM_NT=8 -DMM_TEAMS=2 -DMM_MMA
 MATMUL_DEFS_qx1_ := -DMM_NT=1 -DMM_TEAMS=4 -DMM_QX
 MATMUL_DEFS_qx4_ := -DMM_NT=4 -DMM_TEAMS=4 -DMM_QX
 MATMUL_DEFS_qx8_ := -DMM_NT=8 -DMM_TEAMS=4 -DMM_QX
+MATMUL_DEFS_qx8r2_ := -DMM_NT=8 -DMM_TEAMS=4 -DMM_QX -DQX_ROWS=2
 MATMUL_DEFS_qx1_norm_ := $(MATMUL_DEFS_qx1_) -DMM_NORM
 MATMUL_DEFS_qx4_norm_ := $(MATMUL_DEFS_qx4_) -DMM_NORM
 MATMUL_DEFS_qx8_norm_ := $(MATMUL_DEFS_qx8_) -DMM_NORM
+MATMUL_DEFS_qx8r2_norm_ := $(MATMUL_DEFS_qx8r2_) -DMM_NORM
 MATMUL_DEFS_ :=
 define MATMUL_FORM_RULE
 $$(BUILD)/shaders/matmul_$(1)%.spv: shaders/matmul.comp $$(wildcard shaders/*.glsl) Makefile
@@ -130,7 +132,7 @@ $$(BUILD)/shaders/matmul_$(1)%.spv: shaders/matmul.comp $$(wildcard shaders/*.gl
 	    -DWTYPE_$$(shell echo $$* | tr a-z A-Z) $$< -o $$@
 endef
 $(foreach f,one_ one_norm_ t4_ t4_norm_ t8_ dec_ dec_norm_ mma_ \
-    qx1_ qx4_ qx8_ qx1_norm_ qx4_norm_ qx8_norm_,\
+    qx1_ qx4_ qx8_ qx8r2_ qx1_norm_ qx4_norm_ qx8_norm_ qx8r2_norm_,\
     $(eval $(call MATMUL_FORM_RULE,$(f))))
 
 $(BUILD)/shaders/matmul_%.spv: shaders/matmul.comp $(wildcard shaders/*.glsl) Makefile

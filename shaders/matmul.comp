@@ -723,11 +723,12 @@ void main()
 
 #elif defined(MM_QX)
 
-/* The integer forms (matmul_qx1_q8_0, matmul_qx4_q8_0, matmul_qx8_q8_0 and
- * their _norm_ forms: batches of 1, up to 4 and up to 8 tokens, y-groups
- * of 8 past that; vk_shaders.h says when they run). Every Q8_0 product of
- * a decode or verify batch goes through one of them, so that a token gets
- * the same bits in each: x is quantized per block of 32 as the CPU's Q8_0
+/* The integer forms (matmul_qx1_q8_0, matmul_qx4_q8_0, matmul_qx8_q8_0,
+ * matmul_qx8r2_q8_0 and their _norm_ forms: batches of 1, up to 4 and up
+ * to 8 tokens, y-groups of 8 past that, -DQX_ROWS rows a unit;
+ * vk_shaders.h says when they run). A product they take in decoding goes
+ * through one of them in every verify batch too, so that a token gets the
+ * same bits in each: x is quantized per block of 32 as the CPU's Q8_0
  * x is (q8_pack4), each block's product of weight and x quants is an exact
  * int32 sum (packed int8 dot products: whatever order the hardware adds
  * in, the sum is the same), and only the float steps after it need a fixed
@@ -742,9 +743,10 @@ void main()
  * quantized.
  *
  * A workgroup first quantizes its tokens' x into shared memory, once, and
- * then streams rows: qx_units() rows at a time (pc.lanes each), row sets of
- * one matrix numbered as the other forms' groups, in turn over a grid the
- * host caps. Rows wider than a chunk of shared memory are taken a chunk of
+ * then streams rows: qx_units() x QX_R rows at a time (pc.lanes lanes on
+ * QX_R rows each; a row's arithmetic is the same whatever QX_R is), row
+ * sets of one matrix numbered as the other forms' groups, in turn over a
+ * grid the host caps. Rows wider than a chunk of shared memory are taken a chunk of
  * x at a time. Against the float forms this moves a weight byte into the
  * product with a quarter of the instructions, and the x a token needs
  * comes from shared memory as a quarter of the bytes. */
@@ -752,9 +754,18 @@ void main()
 #if !defined(WTYPE_Q8_0) || MM_TEAMS != 4
 #error "matmul.comp: MM_QX is Q8_0 in workgroups of 4 teams"
 #endif
+#ifndef QX_ROWS
+#define QX_ROWS 1
+#endif
+#define QX_R uint(QX_ROWS)                 /* rows a unit takes at once */
 #define QX_QLANES 8u                       /* lanes per block quantized */
 #define QX_INVOCATIONS (WG * TEAMS)
-#define QX_STEP (MM_NT == 1 ? 4u : 2u)     /* blocks whose loads go together */
+/* blocks of a row whose loads go together (QX_R rows' at once) */
+#define QX_STEP (MM_NT == 1 ? 4u : 2u / QX_R)
+#define QX_SLOTS (2u * QX_R)   /* a lane's rows; gated: gate's, then up's */
+#if QX_ROWS != 1 && QX_ROWS != 2
+#error "matmul.comp: QX_ROWS is 1 or 2"
+#endif
 #define QX_WORDS 4096u                     /* shared words of x quants */
 #define QX_CB (QX_WORDS / (8u * MM_TOKENS))   /* blocks of x in a chunk */
 
@@ -780,7 +791,7 @@ uint qx_at(uint t, uint h, uint b)
     return (2u * t + h) * QX_CB + b;
 }
 
-/* Rows a workgroup takes at once. */
+/* Units of pc.lanes lanes in a workgroup, each on QX_R rows at a time. */
 uint qx_units() { return QX_INVOCATIONS / pc.lanes; }
 
 /* The sum of v over a row's pc.lanes lanes, and the largest of v over a
@@ -832,79 +843,90 @@ void qx_block(uint form, uint m, uint off, uint b, out uvec4 lo, out uvec4 hi,
     raw_group(form, m, off, 2u * b + 1u, hi, unused);
 }
 
-/* Block b of the chunk times x's block b for each token, added into p:
- * the exact int32 sum, then one fma. */
-void qx_add(uvec4 lo, uvec4 hi, uint dbits, uint b, inout float p[MM_NT])
+/* Block b of the chunk times x's block b for each token, for the first
+ * `slots` of the lane's rows (their blocks in lo, hi and d), added into p:
+ * the exact int32 sum, then one fma. Each x word loaded serves every
+ * slot: with QX_R rows a unit, the 4- and 8-token forms read a quarter
+ * (gated) or half as many bytes of shared memory per weight. */
+void qx_add(uvec4 lo[QX_SLOTS], uvec4 hi[QX_SLOTS], uint dbits[QX_SLOTS],
+            const uint slots, uint b, inout float p[QX_SLOTS][MM_NT])
 {
-    const float dw = kk_f16_to_f32(dbits);
+    float dw[QX_SLOTS];
+    [[unroll]] for (uint k = 0u; k < slots; k++)
+        dw[k] = kk_f16_to_f32(dbits[k]);
     [[unroll]] for (uint t = 0u; t < MM_TOKENS; t++) {
         const uvec4 xl = qx_q4[qx_at(t, 0u, b)], xh = qx_q4[qx_at(t, 1u, b)];
-        const int s = qx_sdot(lo.x, xl.x, 0) + qx_sdot(lo.y, xl.y, 0) +
-                      qx_sdot(lo.z, xl.z, 0) + qx_sdot(lo.w, xl.w, 0) +
-                      qx_sdot(hi.x, xh.x, 0) + qx_sdot(hi.y, xh.y, 0) +
-                      qx_sdot(hi.z, xh.z, 0) + qx_sdot(hi.w, xh.w, 0);
-        precise float sc = dw * qx_d[t * QX_CB + b];
-        precise float r = fma(float(s), sc, p[t]);
-        p[t] = r;
+        const float dx = qx_d[t * QX_CB + b];
+        [[unroll]] for (uint k = 0u; k < slots; k++) {
+            const int s = qx_sdot(lo[k].x, xl.x, 0) + qx_sdot(lo[k].y, xl.y, 0) +
+                          qx_sdot(lo[k].z, xl.z, 0) + qx_sdot(lo[k].w, xl.w, 0) +
+                          qx_sdot(hi[k].x, xh.x, 0) + qx_sdot(hi[k].y, xh.y, 0) +
+                          qx_sdot(hi[k].z, xh.z, 0) + qx_sdot(hi[k].w, xh.w, 0);
+            precise float sc = dw[k] * dx;
+            precise float r = fma(float(s), sc, p[k][t]);
+            p[k][t] = r;
+        }
     }
 }
 
-/* Lane j's partials over the chunk's blocks j, j + 8, ... (blocks cb0 ..
- * cb0 + nblk of the row): for the row at byte off of matrix ma into pa
- * and, gated, of matrix mb into pb. QX_STEP blocks' loads go together;
- * a block past the chunk loads its last one again and is not added. The
- * row form and `gated` are constants where this is called. */
-void qx_sums(const uint form, uint ma, uint mb, const bool gated, uint off,
-             uint cb0, uint nblk, inout float pa[MM_NT], inout float pb[MM_NT])
+/* Lane j's partials over the chunk's blocks j, j + lanes, ... (blocks cb0
+ * .. cb0 + nblk of the rows): of the rows at bytes off[k] of matrix ma into
+ * p[k] and, gated, of matrix mb into p[QX_R + k]. QX_STEP blocks' loads go
+ * together; a block past the chunk loads its last one again and is not
+ * added. The row form and `gated` are constants where this is called. */
+void qx_sums(const uint form, uint ma, uint mb, const bool gated,
+             uint off[QX_R], uint cb0, uint nblk, inout float p[QX_SLOTS][MM_NT])
 {
     const uint lanes = pc.lanes, j = gl_LocalInvocationID.x % lanes;
+    const uint slots = gated ? 2u * QX_R : QX_R;
     for (uint b0 = j; b0 < nblk; b0 += lanes * QX_STEP) {
-        uvec4 la[QX_STEP], ha[QX_STEP], lb[QX_STEP], hb[QX_STEP];
-        uint da[QX_STEP], db[QX_STEP];
+        uvec4 lo[QX_STEP][QX_SLOTS], hi[QX_STEP][QX_SLOTS];
+        uint d[QX_STEP][QX_SLOTS];
         [[unroll]] for (uint i = 0u; i < QX_STEP; i++) {
             const uint b = cb0 + min(b0 + lanes * i, nblk - 1u);
-            qx_block(form, ma, off, b, la[i], ha[i], da[i]);
-            if (gated)
-                qx_block(form, mb, off, b, lb[i], hb[i], db[i]);
+            [[unroll]] for (uint k = 0u; k < QX_R; k++) {
+                qx_block(form, ma, off[k], b, lo[i][k], hi[i][k], d[i][k]);
+                if (gated)
+                    qx_block(form, mb, off[k], b, lo[i][QX_R + k],
+                             hi[i][QX_R + k], d[i][QX_R + k]);
+            }
         }
         [[unroll]] for (uint i = 0u; i < QX_STEP; i++) {
-            const uint b = b0 + lanes * i;
-            if (b >= nblk)
+            if (b0 + lanes * i >= nblk)
                 break;
-            qx_add(la[i], ha[i], da[i], b, pa);
-            if (gated)
-                qx_add(lb[i], hb[i], db[i], b, pb);
+            qx_add(lo[i], hi[i], d[i], slots, b0 + lanes * i, p);
         }
     }
 }
 
 /* qx_sums in the row form of this dispatch (a constant in each call). */
-void qx_sums_any(uint ma, uint mb, const bool gated, uint off, uint cb0,
-                 uint nblk, inout float pa[MM_NT], inout float pb[MM_NT])
+void qx_sums_any(uint ma, uint mb, const bool gated, uint off[QX_R], uint cb0,
+                 uint nblk, inout float p[QX_SLOTS][MM_NT])
 {
     const uint form = row_form();
     if (gated && form == 0u)
-        qx_sums(0u, ma, mb, true, off, cb0, nblk, pa, pb);
+        qx_sums(0u, ma, mb, true, off, cb0, nblk, p);
     else if (gated && form == 1u)
-        qx_sums(1u, ma, mb, true, off, cb0, nblk, pa, pb);
+        qx_sums(1u, ma, mb, true, off, cb0, nblk, p);
     else if (gated)
-        qx_sums(2u, ma, mb, true, off, cb0, nblk, pa, pb);
+        qx_sums(2u, ma, mb, true, off, cb0, nblk, p);
     else if (form == 0u)
-        qx_sums(0u, ma, mb, false, off, cb0, nblk, pa, pb);
+        qx_sums(0u, ma, mb, false, off, cb0, nblk, p);
     else if (form == 1u)
-        qx_sums(1u, ma, mb, false, off, cb0, nblk, pa, pb);
+        qx_sums(1u, ma, mb, false, off, cb0, nblk, p);
     else
-        qx_sums(2u, ma, mb, false, off, cb0, nblk, pa, pb);
+        qx_sums(2u, ma, mb, false, off, cb0, nblk, p);
 }
 
-/* Row sets of qx_units() rows in the dispatch: through the last matrix. */
+/* Row sets of qx_units() x QX_R rows in the dispatch: through the last
+ * matrix. */
 uint qx_sets()
 {
+    const uint per = qx_units() * QX_R;
     uint total = 0u;
     [[unroll]] for (uint m = 0u; m < 3u; m++)
         if (pc.start[m] != ~0u)
-            total = pc.start[m] + (pc.n_rows[m] + qx_units() - 1u) /
-                                  qx_units();
+            total = pc.start[m] + (pc.n_rows[m] + per - 1u) / per;
     return total;
 }
 
@@ -930,19 +952,21 @@ void main()
         barrier();
     }
     for (uint k = 0u; k < turns; k++) {
-        /* one row set per turn: a matrix's (workgroup-uniform) */
+        /* one row set per turn: a matrix's (workgroup-uniform); unit u
+         * takes its rows u, u + units, ... */
         const uint set = min(gl_WorkGroupID.x + k * gl_NumWorkGroups.x,
                              total - 1u);
         const uint m = matrix_of(set);
-        const uint r = (set - pc.start[m]) * qx_units() + unit;
-        const bool real = gl_WorkGroupID.x + k * gl_NumWorkGroups.x < total &&
-                          r < pc.n_rows[m];
-        const uint off = min(r, pc.n_rows[m] - 1u) * pc.row_bytes;
-        float pa[MM_NT], pb[MM_NT];
-        [[unroll]] for (uint t = 0u; t < MM_TOKENS; t++) {
-            pa[t] = 0.0;
-            pb[t] = 0.0;
-        }
+        const uint r0 = (set - pc.start[m]) * qx_units() * QX_R + unit;
+        const bool turn = gl_WorkGroupID.x + k * gl_NumWorkGroups.x < total;
+        uint off[QX_R];
+        [[unroll]] for (uint i = 0u; i < QX_R; i++)
+            off[i] = min(r0 + i * qx_units(), pc.n_rows[m] - 1u) *
+                     pc.row_bytes;
+        float p[QX_SLOTS][MM_NT];
+        [[unroll]] for (uint i = 0u; i < QX_SLOTS; i++)
+            [[unroll]] for (uint t = 0u; t < MM_TOKENS; t++)
+                p[i][t] = 0.0;
         for (uint c = 0u; c < chunks; c++) {
             const uint cb0 = c * QX_CB, nblk = min(QX_CB, nb - cb0);
             if (chunks > 1u) {
@@ -950,17 +974,20 @@ void main()
                 qx_quantize(cb0, nblk, t0, nt);
                 barrier();
             }
-            qx_sums_any(gated ? 0u : m, 1u, gated, off, cb0, nblk, pa, pb);
+            qx_sums_any(gated ? 0u : m, 1u, gated, off, cb0, nblk, p);
         }
-        [[unroll]] for (uint t = 0u; t < MM_TOKENS; t++) {
-            const float sa = qx_sum(pa[t]);
-            const float sb = gated ? qx_sum(pb[t]) : 0.0;
-            if (!real || j != t || t >= nt)
-                continue;
-            if (gated)
-                store_gated(r, t0 + t, sa, sb);
-            else
-                store_sum(m, r, t0 + t, sa);
+        [[unroll]] for (uint i = 0u; i < QX_R; i++) {
+            const uint r = r0 + i * qx_units();
+            [[unroll]] for (uint t = 0u; t < MM_TOKENS; t++) {
+                const float sa = qx_sum(p[i][t]);
+                const float sb = gated ? qx_sum(p[QX_R + i][t]) : 0.0;
+                if (!turn || r >= pc.n_rows[m] || j != t || t >= nt)
+                    continue;
+                if (gated)
+                    store_gated(r, t0 + t, sa, sb);
+                else
+                    store_sum(m, r, t0 + t, sa);
+            }
         }
     }
 }

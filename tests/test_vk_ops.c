@@ -273,14 +273,18 @@ static const struct vk_matmul_form *matmul_form_of(const char *shader,
     return last;
 }
 
-/* The tokens per y-group of integer form `shader` (matmul_qx<n>_...), or
- * 0 for another form. */
-static int qx_tokens_of(const char *shader)
+/* The integer form whose shader `shader` is (matmul_qx<name>...), or
+ * NULL for another form. */
+static const struct vk_qx_form *qx_form_of(const char *shader)
 {
-    const char *rest = shader + strlen("matmul_");
-    if (strncmp(rest, VK_MATMUL_QX_PREFIX, strlen(VK_MATMUL_QX_PREFIX)))
-        return 0;
-    return atoi(rest + strlen(VK_MATMUL_QX_PREFIX));
+    for (int f = 0; f < VK_QX_FORMS; f++)
+        for (int k = 0; k < 2; k++) {
+            char name[64];
+            vk_qx_shader_name(name, sizeof name, f, k);
+            if (!strcmp(name, shader))
+                return &vk_qx_forms[f];
+        }
+    return NULL;
 }
 
 static void matmul_on_device(const struct mm_call *c)
@@ -290,7 +294,7 @@ static void matmul_on_device(const struct mm_call *c)
     const size_t row_bytes = dtype_row_bytes(c->type, (uint64_t)c->n_cols);
     const bool rowwise = strstr(c->shader, "_rows_") != NULL;
     const bool mma = strstr(c->shader, "_" VK_MATMUL_MMA_PREFIX) != NULL;
-    const int qx = qx_tokens_of(c->shader);
+    const struct vk_qx_form *qx = qx_form_of(c->shader);
     int all_rows = 0;
     for (int m = 0; m < c->n_mats; m++)
         all_rows += c->n_rows[m];
@@ -302,12 +306,12 @@ static void matmul_on_device(const struct mm_call *c)
     /* tokens a workgroup takes: the form's y-groups */
     const uint32_t y_tokens = rowwise ? MM_TOKENS
                               : mma   ? VK_MMA_TOKENS
-                              : qx    ? (uint32_t)qx
+                              : qx    ? (uint32_t)qx->tokens
                                       : (uint32_t)form->max_tokens;
     const uint32_t per =
         rowwise ? MM_ROWWISE_ROWS
         : mma   ? VK_MMA_ROWS
-        : qx    ? VK_QX_INVOCATIONS / qx_lanes
+        : qx    ? VK_QX_INVOCATIONS / qx_lanes * (uint32_t)qx->rows
                 : teams * (c->mode == MM_GATED ? MM_SLOTS / 2 : MM_SLOTS);
     const int n_out = c->mode == MM_STORE ? c->n_mats : 1;
     struct vk_buffer bw[MM_MAX_MATS], by[MM_MAX_MATS];
@@ -1837,13 +1841,6 @@ static void test_matmul_mma_forms_agree_with_the_cpu_and_themselves(
 
 /* ---- the integer forms ---- */
 
-/* matmul_qx<n>_[norm_]q8_0 */
-static void qx_name(char *name, size_t cap, int tokens, bool norm)
-{
-    snprintf(name, cap, "matmul_" VK_MATMUL_QX_PREFIX "%d_%sq8_0", tokens,
-             norm ? "norm_" : "");
-}
-
 /* Where the device runs them (vk_device_has_int_dot), every Q8_0 product
  * of a decode or verify batch goes through the integer forms, so each must
  * compute the CPU's Q8_0 product (x quantized per block; rows of 12 to
@@ -1867,41 +1864,42 @@ static void test_matmul_qx_forms_agree_with_the_cpu_and_themselves(
     static const int widths[] = {32 * 12, 2048, 32 * 264, 32 * 30, 32 * 67};
     uint64_t s = 0x71;
     float *wt = random_floats(32 * 264, 0.5f, 1.5f, &s);
+    char name[VK_QX_FORMS][2][64];
     for (int f = 0; f < VK_QX_FORMS; f++)
         for (int k = 0; k < 2; k++) {
-            char name[64];
-            const int most = f == VK_QX_FORMS - 1 ? VK_QX_MAX_BATCH
-                                                  : vk_qx_tokens[f];
-            qx_name(name, sizeof name, vk_qx_tokens[f], k);
+            vk_qx_shader_name(name[f][k], sizeof name[f][k], f, k);
+            const int most = vk_qx_forms[f].max_batch;
             for (size_t i = 0; i < sizeof widths / sizeof widths[0]; i++)
-                check_matmul_q8x(name, widths[i], 37 + (int)i,
+                check_matmul_q8x(name[f][k], widths[i], 37 + (int)i,
                                  1 + (int)i * 5 % most, k ? wt : NULL,
                                  (uint64_t)(10 * f + i));
-            check_matmul_q8x(name, 2048, 70, most, k ? wt : NULL, 7);
+            check_matmul_q8x(name[f][k], 2048, 70, most, k ? wt : NULL, 7);
         }
-    char one[64], four[64], eight[64];
-    for (int k = 0; k < 2; k++) {
-        qx_name(one, sizeof one, 1, k);
-        qx_name(four, sizeof four, 4, k);
-        qx_name(eight, sizeof eight, 8, k);
+    /* a batch of 17 in the last form against its tokens in every form */
+    enum { ONE, FOUR, EIGHT, PAIRS };
+    _Static_assert(PAIRS == VK_QX_FORMS - 1, "the forms in vk_qx_forms");
+    for (int k = 0; k < 2; k++)
         for (size_t i = 0; i < sizeof widths / sizeof widths[0]; i++) {
             struct mm_data d = mm_data_tiles(KK_Q8_0, widths[i], 17,
                                              0x6a + i, 5);
             const float *norm = k ? wt : NULL;
-            check_same_bits_normed(eight, one, 1, &d, norm);
-            check_same_bits_normed(eight, four, 2, &d, norm);
-            check_same_bits_normed(eight, four, 4, &d, norm);
-            check_same_bits_normed(eight, eight, 5, &d, norm);
+            check_same_bits_normed(name[PAIRS][k], name[ONE][k], 1, &d, norm);
+            check_same_bits_normed(name[PAIRS][k], name[FOUR][k], 2, &d, norm);
+            check_same_bits_normed(name[PAIRS][k], name[FOUR][k], 4, &d, norm);
+            check_same_bits_normed(name[PAIRS][k], name[EIGHT][k], 5, &d,
+                                   norm);
+            check_same_bits_normed(name[PAIRS][k], name[EIGHT][k], 8, &d,
+                                   norm);
+            check_same_bits_normed(name[PAIRS][k], name[PAIRS][k], 9, &d,
+                                   norm);
             mm_data_free(&d);
         }
-    }
-    qx_name(one, sizeof one, 1, false);
-    qx_name(four, sizeof four, 4, false);
-    qx_name(eight, sizeof eight, 8, false);
     for (size_t i = 0; i < sizeof widths / sizeof widths[0]; i++) {
-        check_fused_tiles(one, KK_Q8_0, widths[i], 1, 0x7a + i, 1);
-        check_fused_tiles(four, KK_Q8_0, widths[i], 3, 0x8a + i, 7);
-        check_fused_tiles(eight, KK_Q8_0, widths[i], 11, 0x9a + i, 9);
+        check_fused_tiles(name[ONE][0], KK_Q8_0, widths[i], 1, 0x7a + i, 1);
+        check_fused_tiles(name[FOUR][0], KK_Q8_0, widths[i], 3, 0x8a + i, 7);
+        check_fused_tiles(name[EIGHT][0], KK_Q8_0, widths[i], 7, 0x9a + i, 9);
+        check_fused_tiles(name[PAIRS][0], KK_Q8_0, widths[i], 11, 0xaa + i,
+                          9);
     }
     free(wt);
 }

@@ -127,9 +127,10 @@ static void check_speculative_equals_plain(struct kk_model *m)
 
 /* Speculative greedy output equals plain greedy output on the Vulkan
  * backend: with the forms the device picks, and with the integer forms
- * taking every Q8_0 product of decoding and verifying (KAKEYA_VK_QX=1:
- * the golden model's rows are narrower than the width they take by
- * themselves, and lavapipe runs them only when asked). */
+ * taking the Q8_0 products of normed x in decoding and verifying and the
+ * float forms the rest, as on a GPU (KAKEYA_VK_QX=1: the golden model's
+ * rows are narrower than the width they take by themselves, and lavapipe
+ * runs them only when asked). */
 static void test_speculative_greedy_equals_plain_on_vulkan(void **state)
 {
     (void)state;

@@ -79,8 +79,9 @@ struct vk_backend {
     bool has_mma;
     struct vk_pipeline matmul_mma;
     /* The integer forms of Q8_0, plain and with the norm folded in, by
-     * batch size (vk_qx_tokens), where the device runs them (has_qx): every
-     * Q8_0 product of a batch of up to VK_QX_MAX_BATCH tokens (qx_takes). */
+     * batch size (vk_qx_forms), where the device runs them (has_qx): the
+     * Q8_0 products of normed x in batches of up to VK_QX_MAX_BATCH tokens
+     * (qx_takes). */
     bool has_qx;
     int qx_min_cols;   /* VK_QX_MIN_COLS, or 0 where KAKEYA_VK_QX=1 */
     struct vk_pipeline matmul_qx[2][VK_QX_FORMS];
@@ -271,8 +272,9 @@ static int make_pipelines(struct vk_backend *be, struct kk_error *err)
     /* Where invocations are a CPU's SIMD lanes (lavapipe) the integer forms
      * run 3x slower than the rowwise ones (llama256 Q8_0, decode 26 tok/s
      * against 88), and on narrow rows they do not pay (VK_QX_MIN_COLS):
-     * KAKEYA_VK_QX=1 asks for them there too (tests), 0 for none at all
-     * (to compare). */
+     * KAKEYA_VK_QX=1 asks for them there too (tests: the forward pass on
+     * lavapipe then mixes them and the float forms as a GPU does), 0 for
+     * none at all (to compare). */
     const char *qx_env = getenv("KAKEYA_VK_QX");
     const bool qx_always = qx_env && !strcmp(qx_env, "1");
     const bool qx_never = qx_env && !strcmp(qx_env, "0");
@@ -282,8 +284,7 @@ static int make_pipelines(struct vk_backend *be, struct kk_error *err)
     for (int f = 0; be->has_qx && f < VK_QX_FORMS; f++)
         for (int k = 0; k < 2; k++) {
             char name[64];
-            snprintf(name, sizeof name, "matmul_" VK_MATMUL_QX_PREFIX "%d_%sq8_0",
-                     vk_qx_tokens[f], k ? "norm_" : "");
+            vk_qx_shader_name(name, sizeof name, f, k);
             if (make_pipeline_arrays(be, name, MM_BINDINGS, matmul_bindings,
                                      sizeof(struct vk_push_matmul),
                                      &be->matmul_qx[k][f], err))
@@ -656,13 +657,24 @@ static int64_t rows_of(int count, const struct weight *const *w)
     return rows;
 }
 
-/* Whether the integer forms take these matrices in a batch of n: Q8_0 rows
+/* Whether the integer forms take these matrices in a batch of n, where
+ * `normed` says whether an RMSNorm of x comes with the product: Q8_0 rows
  * of VK_QX_MIN_COLS or more (any, with KAKEYA_VK_QX=1), on a device that
- * runs them, in batches up to VK_QX_MAX_BATCH. */
+ * runs them, in batches up to VK_QX_MAX_BATCH, of normed x.
+ * Normed, because that is where they pay: a float form norms x in every
+ * workgroup of a few rows, the integer forms once per workgroup of many,
+ * along with quantizing it; x as it comes (the o and down projections) the
+ * float forms stream with no prologue at all. On the H200 (1B shape) o and
+ * down took 11.1 us a decode step in the float form against 14.0 in the
+ * integer one, and 26.0 a verify block (of 8 or 16 tokens) against 37.7
+ * (KAKEYA_VK_PROFILE); q/k/v and gate/up with their norms 10.4 and 25.9
+ * against 10.9 and 17.4 decoding, 33.4 and 94 against 30.1 and 61.6 a
+ * verify block. Decoding took 1.27-1.33 ms against 1.35-1.49, verifying 8
+ * tokens 2.47-2.61 against 2.92-3.01. */
 static bool qx_takes(const struct vk_backend *be, int count,
-                     const struct weight *const *w, int n)
+                     const struct weight *const *w, int n, bool normed)
 {
-    bool takes = be->has_qx && n <= VK_QX_MAX_BATCH;
+    bool takes = be->has_qx && n <= VK_QX_MAX_BATCH && normed;
     for (int m = 0; m < count && takes; m++)
         takes = w[m]->type == KK_Q8_0 && w[m]->n_cols >= be->qx_min_cols;
     return takes;
@@ -686,7 +698,7 @@ static const struct be_tensor *matmul_input(struct vk_backend *be,
         return x;
     int qx = 0;
     for (int m = 0; m < count; m++)
-        qx += qx_takes(be, 1, &w[m], n);
+        qx += qx_takes(be, 1, &w[m], n, true);
     if (qx == count ||
         (qx == 0 && be->has_norm_form[matmul_form(be, n)])) {
         *fold = norm;
@@ -720,11 +732,12 @@ static bool mma_fits(const struct vk_backend *be, int count,
 /* Records one matmul dispatch over `count` matrices of one type and width
  * (vk_shaders.h): y[m] = w[m] · x (MM_STORE), y[0] += w[0] · x (MM_ADD),
  * or y[0] = act(w[0] · x) * (w[1] · x) (MM_GATED), x normed first by the
- * form that folds norm when norm is not NULL (matmul_input). */
+ * form that folds norm when norm is not NULL (matmul_input); `normed`: x
+ * is the output of a norm that came with the call, folded or not. */
 static void record_matmul(struct vk_backend *be, uint32_t mode, int count,
                           const struct weight *const *w,
                           const struct be_tensor *x,
-                          const struct be_norm *norm, int n,
+                          const struct be_norm *norm, bool normed, int n,
                           struct be_tensor *const *y, bool use_gelu)
 {
     const int mi = matmul_index(w[0]->type), form = matmul_form(be, n);
@@ -734,7 +747,8 @@ static void record_matmul(struct vk_backend *be, uint32_t mode, int count,
                                 .use_gelu = use_gelu,
                                 .eps = norm ? norm->eps : 0.0f};
     /* (a prefill batch's norm is a dispatch of its own: matmul_input) */
-    const bool qx = qx_takes(be, count, w, n);
+    const bool qx = qx_takes(be, count, w, n, normed);
+    const int qf = vk_qx_form_of(n);
     const bool mma = !qx && !norm && n >= VK_MMA_MIN_TOKENS &&
                      mma_fits(be, count, w);
     const bool decode = !qx && be->has_decode_form && n == 1 &&
@@ -747,7 +761,7 @@ static void record_matmul(struct vk_backend *be, uint32_t mode, int count,
                                                             : rows_of(count, w)),
                                pc.n_cols, vk_device_subgroup_size(be->dev));
     const uint32_t per =
-        qx    ? VK_QX_INVOCATIONS / pc.lanes
+        qx    ? VK_QX_INVOCATIONS / pc.lanes * (uint32_t)vk_qx_forms[qf].rows
         : mma ? VK_MMA_ROWS
         : be->matmul_rowwise ? MM_ROWWISE_ROWS
                              : (uint32_t)teams * (mode == MM_GATED
@@ -786,13 +800,10 @@ static void record_matmul(struct vk_backend *be, uint32_t mode, int count,
         return;
     }
     if (qx) {
-        int f = 0;
-        while (f + 1 < VK_QX_FORMS && n > vk_qx_tokens[f])
-            f++;
-        const uint32_t cap = vk_qx_max_workgroups[f];
-        dispatch(be, &be->matmul_qx[norm != NULL][f], bufs, &pc,
+        const uint32_t cap = vk_qx_forms[qf].max_workgroups;
+        dispatch(be, &be->matmul_qx[norm != NULL][qf], bufs, &pc,
                  groups < cap ? groups : cap,
-                 groups_of(n, vk_qx_tokens[f]), 1);
+                 groups_of(n, vk_qx_forms[qf].tokens), 1);
         return;
     }
     /* Row groups past the device's grid limit (a 256k-token vocabulary)
@@ -818,8 +829,9 @@ static void vkb_matmul(struct backend *base, const struct weight *w,
                        int n, struct be_tensor *y)
 {
     struct vk_backend *be = vkb(base);
+    const bool normed = norm != NULL;
     x = matmul_input(be, x, norm, n, 1, &w, &norm);
-    record_matmul(be, MM_STORE, 1, &w, x, norm, n, &y, false);
+    record_matmul(be, MM_STORE, 1, &w, x, norm, normed, n, &y, false);
 }
 
 /* Matrices of one type and width go in one dispatch (q, k and v usually;
@@ -831,6 +843,7 @@ static void vkb_matmul_multi(struct backend *base, int count,
                              struct be_tensor *const *y)
 {
     struct vk_backend *be = vkb(base);
+    const bool normed = norm != NULL;
     x = matmul_input(be, x, norm, n, count, w, &norm);
     for (int i = 0; i < count;) {
         int k = 1;
@@ -838,7 +851,8 @@ static void vkb_matmul_multi(struct backend *base, int count,
                w[i + k]->type == w[i]->type &&
                w[i + k]->n_cols == w[i]->n_cols)
             k++;
-        record_matmul(be, MM_STORE, k, w + i, x, norm, n, y + i, false);
+        record_matmul(be, MM_STORE, k, w + i, x, norm, normed, n, y + i,
+                      false);
         i += k;
     }
 }
@@ -848,7 +862,7 @@ static void vkb_matmul_add(struct backend *base, const struct weight *w,
                            struct be_tensor *tmp, struct be_tensor *acc)
 {
     (void)tmp;
-    record_matmul(vkb(base), MM_ADD, 1, &w, x, NULL, n, &acc, false);
+    record_matmul(vkb(base), MM_ADD, 1, &w, x, NULL, false, n, &acc, false);
 }
 
 static void vkb_gated_matmul(struct backend *base, const struct weight *w_gate,
@@ -861,8 +875,9 @@ static void vkb_gated_matmul(struct backend *base, const struct weight *w_gate,
     (void)up;
     struct vk_backend *be = vkb(base);
     const struct weight *w[] = {w_gate, w_up};
+    const bool normed = norm != NULL;
     x = matmul_input(be, x, norm, n, 2, w, &norm);
-    record_matmul(be, MM_GATED, 2, w, x, norm, n, &gate, use_gelu);
+    record_matmul(be, MM_GATED, 2, w, x, norm, normed, n, &gate, use_gelu);
 }
 
 static void vkb_copy_rows(struct backend *base, struct be_tensor *dst,

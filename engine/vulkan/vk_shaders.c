@@ -6,6 +6,7 @@
 
 #include <limits.h>
 #include <pthread.h>
+#include <stdio.h>
 #include <string.h>
 
 #define SHADER(n) extern const uint32_t kk_spv_##n[], kk_spv_##n##_end[];
@@ -59,8 +60,38 @@ const struct vk_matmul_form vk_matmul_forms[VK_MATMUL_FORMS] = {
     {"t8_", 8, 16, 4, NULL, 0},
     {"", MM_TOKENS, INT_MAX, 1, NULL, 0}};
 
-const int vk_qx_tokens[VK_QX_FORMS] = {1, 4, 8};
-const uint32_t vk_qx_max_workgroups[VK_QX_FORMS] = {512, 256, 256};
+/* Every workgroup quantizes its tokens' x before its first row, so a form
+ * of more tokens wants fewer, longer lived workgroups: on the H200 (1B
+ * shape) verifying 8 tokens took 2.86-2.88 ms with caps of 512 and 256,
+ * 3.34-3.45 with 1,024 for all, and 4.38 with 256 and 128.
+ *
+ * Two rows a unit: each x word read from shared memory serves two rows (a
+ * quarter as many reads per weight, gated), in half as many workgroups.
+ * On the H200 (1B shape, every form on two rows but the one-token one)
+ * verifying 16 tokens took 3.49-3.51 ms against 3.93 (two y-groups: 256
+ * workgroups for gate/up), but 8 tokens 2.88-2.90 against 2.59-2.61 and 4
+ * tokens 1.85-1.97 against 1.68-1.74: in one y-group, gate/up's 128
+ * workgroups leave the GPU short of warps. So only batches past 8 take
+ * it. */
+const struct vk_qx_form vk_qx_forms[VK_QX_FORMS] = {
+    {"1_", 1, 1, 1, 512},
+    {"4_", 4, 1, 4, 256},
+    {"8_", 8, 1, 8, 256},
+    {"8r2_", 8, 2, VK_QX_MAX_BATCH, 256}};
+
+int vk_qx_form_of(int n)
+{
+    int f = 0;
+    while (f + 1 < VK_QX_FORMS && n > vk_qx_forms[f].max_batch)
+        f++;
+    return f;
+}
+
+void vk_qx_shader_name(char *name, size_t cap, int form, bool norm)
+{
+    snprintf(name, cap, "matmul_" VK_MATMUL_QX_PREFIX "%s%sq8_0",
+             vk_qx_forms[form].name, norm ? "norm_" : "");
+}
 
 /* Invocations a dispatch should have at least (lanes double until they
  * do). Measured on the H200 (1B shape, Q8_0, two rounds): with 8 lanes a

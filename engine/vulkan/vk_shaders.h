@@ -13,6 +13,7 @@
 #ifndef KK_VK_SHADERS_H
 #define KK_VK_SHADERS_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -134,40 +135,48 @@ enum { VK_DECODE_MAX_WORKGROUPS = 1024 };
 enum { VK_MMA_ROWS = 16, VK_MMA_TOKENS = 8, VK_MMA_MIN_TOKENS = 32 };
 
 /* The integer forms of Q8_0, for devices with packed int8 dot products
- * (vk_device_has_int_dot): matmul_qx1_q8_0, matmul_qx4_q8_0 and
- * matmul_qx8_q8_0 (y-groups of 1, 4 and 8 tokens; the last takes batches
- * of up to VK_QX_MAX_BATCH in several), and the same with the norm folded
- * in (matmul_qx1_norm_q8_0, ...), `lanes` invocations on a row (lanes
- * from vk_qx_lanes). x is quantized per block of 32 as the
+ * (vk_device_has_int_dot): matmul_qx1_q8_0, matmul_qx4_q8_0,
+ * matmul_qx8_q8_0 and matmul_qx8r2_q8_0 (y-groups of 1, 4, 8 and 8 tokens,
+ * the last on two rows a unit for batches of up to VK_QX_MAX_BATCH in
+ * several: vk_qx_forms), and the same with the norm folded in
+ * (matmul_qx1_norm_q8_0, ...). x is quantized per block of 32 as the
  * CPU's Q8_0 x is, and a token gets the same bits in each of them, which
- * are not the float forms' bits: so where they run they take every Q8_0
- * product of a decode or verify batch (prefill's longer batches may take
- * other forms: no decoded token meets them). A workgroup is VK_QX_UNITS
- * units of 8 invocations, each on a row at a time (MM_GATED: a row of
- * both matrices); row sets of VK_QX_INVOCATIONS / lanes rows are numbered
+ * are not the float forms' bits: so a product they take in a decode batch
+ * they take in every verify batch (the backend's rule, qx_takes, is the
+ * matrix's type and width and whether x is normed first, never the batch;
+ * prefill's longer batches may take other forms: no decoded token meets
+ * them). A workgroup is VK_QX_INVOCATIONS invocations in units of `lanes`
+ * (from vk_qx_lanes), each unit on `rows` rows at a time (vk_qx_forms;
+ * MM_GATED: rows of both matrices); row sets of VK_QX_INVOCATIONS / lanes
+ * x rows rows, unit u taking rows u, u + units, ... of a set, are numbered
  * as the groups above and taken in turn: set k, k + groups_x, ... (no z),
- * so groups_x may be anything from 1; the backend caps it at
- * vk_qx_max_workgroups. */
+ * so groups_x may be anything from 1; the backend caps it at the form's
+ * max_workgroups. */
 #define VK_MATMUL_QX_PREFIX "qx"
 /* VK_QX_MAX_BATCH: the longest verify batch, a block of 16 drafted tokens
  * and the last accepted one (a verify batch of 17 in other forms than the
  * decoded tokens' broke speculative = plain in test_vulkan). */
-enum { VK_QX_INVOCATIONS = 256, VK_QX_MAX_BATCH = 17, VK_QX_FORMS = 3 };
+enum { VK_QX_INVOCATIONS = 256, VK_QX_MAX_BATCH = 17, VK_QX_FORMS = 4 };
 /* The integer forms take rows of VK_QX_MIN_COLS values or more. On the
  * H200 the default model (384-wide rows) decoded 0.80-0.81 ms a token
  * through them against 0.76 and the 360M shape (960) 1.84-1.91 against
  * 1.76, while the 1B shape (2,048 and 8,192) got faster. A matrix is in
  * or out whatever the batch, so its bits stay the same in every batch. */
 enum { VK_QX_MIN_COLS = 1024 };
-/* Tokens per y-group of each integer form (matmul_qx<n>_), smallest
- * first: a batch takes the first that holds it, the last in y-groups;
- * and each form's cap on groups_x. Every workgroup quantizes its tokens'
- * x before its first row, so a form of more tokens wants fewer, longer
- * lived workgroups: on the H200 (1B shape) verifying 8 tokens took
- * 2.86-2.88 ms with caps of 512 and 256, 3.34-3.45 with 1,024 for all,
- * and 4.38 with 256 and 128. */
-extern const int vk_qx_tokens[VK_QX_FORMS];
-extern const uint32_t vk_qx_max_workgroups[VK_QX_FORMS];
+/* The integer forms, smallest batches first: a batch takes the first whose
+ * max_batch holds it, in y-groups of `tokens`. matmul_qx<name>[norm_]q8_0
+ * (the Makefile's -DMM_NT=tokens -DQX_ROWS=rows for each; they must
+ * match), with its cap on groups_x. */
+struct vk_qx_form {
+    const char *name;   /* "1_", "4_", ...: after VK_MATMUL_QX_PREFIX */
+    int tokens, rows, max_batch;
+    uint32_t max_workgroups;
+};
+extern const struct vk_qx_form vk_qx_forms[VK_QX_FORMS];
+/* The form that takes a batch of n tokens (n <= VK_QX_MAX_BATCH). */
+int vk_qx_form_of(int n);
+/* Its shader's name, matmul_qx<name>[norm_]q8_0, into name (cap bytes). */
+void vk_qx_shader_name(char *name, size_t cap, int form, bool norm);
 /* The integer forms' lanes per row for a dispatch of `rows` rows (MM_GATED:
  * of one matrix) of n_cols on a device whose subgroups are `subgroup`
  * wide: 8, 16 or 32, more where rows are few, so that every matrix keeps
