@@ -846,8 +846,8 @@ void qx_block(uint form, uint m, uint off, uint b, out uvec4 lo, out uvec4 hi,
 /* Block b of the chunk times x's block b for each token, for the first
  * `slots` of the lane's rows (their blocks in lo, hi and d), added into p:
  * the exact int32 sum, then one fma. Each x word loaded serves every
- * slot: with QX_R rows a unit, the 4- and 8-token forms read a quarter
- * (gated) or half as many bytes of shared memory per weight. */
+ * slot (gate's rows and up's alike): with QX_R = 2, half as many reads of
+ * shared memory per weight. */
 void qx_add(uvec4 lo[QX_SLOTS], uvec4 hi[QX_SLOTS], uint dbits[QX_SLOTS],
             const uint slots, uint b, inout float p[QX_SLOTS][MM_NT])
 {

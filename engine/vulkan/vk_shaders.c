@@ -65,14 +65,16 @@ const struct vk_matmul_form vk_matmul_forms[VK_MATMUL_FORMS] = {
  * shape) verifying 8 tokens took 2.86-2.88 ms with caps of 512 and 256,
  * 3.34-3.45 with 1,024 for all, and 4.38 with 256 and 128.
  *
- * Two rows a unit: each x word read from shared memory serves two rows (a
- * quarter as many reads per weight, gated), in half as many workgroups.
- * On the H200 (1B shape, every form on two rows but the one-token one)
- * verifying 16 tokens took 3.49-3.51 ms against 3.93 (two y-groups: 256
- * workgroups for gate/up), but 8 tokens 2.88-2.90 against 2.59-2.61 and 4
- * tokens 1.85-1.97 against 1.68-1.74: in one y-group, gate/up's 128
- * workgroups leave the GPU short of warps. So only batches past 8 take
- * it. */
+ * Two rows a unit: each x word read from shared memory serves two rows of
+ * each matrix (half as many reads per weight), in half as many
+ * workgroups. On the H200 (1B shape, every form on two rows but the
+ * one-token one) verifying 16 tokens took 3.49-3.51 ms against 3.93 (two
+ * y-groups: 256 workgroups for gate/up), but 8 tokens 2.88-2.90 against
+ * 2.59-2.61 and 4 tokens 1.85-1.97 against 1.68-1.74: in one y-group,
+ * gate/up's 128 workgroups leave the GPU short of warps. So only batches
+ * past 8 take it (16 tokens 3.43-3.44 ms against 3.76-3.79); 4 tokens on
+ * two rows in two y-groups for batches of 5 to 8 were within the noise
+ * (2.13-2.39 ms against 2.24-2.42). */
 const struct vk_qx_form vk_qx_forms[VK_QX_FORMS] = {
     {"1_", 1, 1, 1, 512},
     {"4_", 4, 1, 4, 256},
