@@ -829,9 +829,9 @@ static void vkb_matmul(struct backend *base, const struct weight *w,
                        int n, struct be_tensor *y)
 {
     struct vk_backend *be = vkb(base);
-    const bool normed = norm != NULL;
-    x = matmul_input(be, x, norm, n, 1, &w, &norm);
-    record_matmul(be, MM_STORE, 1, &w, x, norm, normed, n, &y, false);
+    const struct be_norm *fold;
+    x = matmul_input(be, x, norm, n, 1, &w, &fold);
+    record_matmul(be, MM_STORE, 1, &w, x, fold, norm != NULL, n, &y, false);
 }
 
 /* Matrices of one type and width go in one dispatch (q, k and v usually;
@@ -843,15 +843,15 @@ static void vkb_matmul_multi(struct backend *base, int count,
                              struct be_tensor *const *y)
 {
     struct vk_backend *be = vkb(base);
-    const bool normed = norm != NULL;
-    x = matmul_input(be, x, norm, n, count, w, &norm);
+    const struct be_norm *fold;
+    x = matmul_input(be, x, norm, n, count, w, &fold);
     for (int i = 0; i < count;) {
         int k = 1;
         while (i + k < count && k < MM_MAX_MATS &&
                w[i + k]->type == w[i]->type &&
                w[i + k]->n_cols == w[i]->n_cols)
             k++;
-        record_matmul(be, MM_STORE, k, w + i, x, norm, normed, n, y + i,
+        record_matmul(be, MM_STORE, k, w + i, x, fold, norm != NULL, n, y + i,
                       false);
         i += k;
     }
@@ -875,9 +875,10 @@ static void vkb_gated_matmul(struct backend *base, const struct weight *w_gate,
     (void)up;
     struct vk_backend *be = vkb(base);
     const struct weight *w[] = {w_gate, w_up};
-    const bool normed = norm != NULL;
-    x = matmul_input(be, x, norm, n, 2, w, &norm);
-    record_matmul(be, MM_GATED, 2, w, x, norm, normed, n, &gate, use_gelu);
+    const struct be_norm *fold;
+    x = matmul_input(be, x, norm, n, 2, w, &fold);
+    record_matmul(be, MM_GATED, 2, w, x, fold, norm != NULL, n, &gate,
+                  use_gelu);
 }
 
 static void vkb_copy_rows(struct backend *base, struct be_tensor *dst,
