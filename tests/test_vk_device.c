@@ -581,9 +581,10 @@ static void test_a_dispatch_binds_buffers_in_order_and_pushes_constants(
 static void test_a_recording_of_many_chunks_runs_in_recorded_order(
     void **state)
 {
-    /* 1000 commands: more than the first chunk (8), more than a later one
-     * (32), more than all command buffers hold before the last chunk grows
-     * (456); twice, so the second recording reuses every chunk. */
+    /* 1000 commands: more than the first chunk (8), more than later ones
+     * (24, 72, ...), more than all command buffers hold before the last
+     * chunk grows (968); twice, so the second recording reuses every
+     * chunk. */
     enum { STEPS = 1000 };
     struct chain c = chain_open();
     int added = 0;

@@ -31,19 +31,25 @@
 #define VK_WAIT_NS (60ull * 1000000000ull)
 /* A recording goes to the GPU in chunks while the host records the rest
  * (see "chunks" below): the GPU would otherwise sit idle through the whole
- * recording, ~1.8 us of host time a dispatch, about 0.25 ms of a 1.9 ms
- * decode pass on an H200. The first chunk is small so that the GPU starts
- * early; later ones are larger because each costs the host a vkQueueSubmit
- * and the GPU a submission boundary, and 32 commands (~60 us to record)
- * still take the host less time than the GPU spends on the chunk before
- * them (a decode dispatch averages ~12 us there: ~1.6 ms of GPU work over
- * ~130 dispatches), so the GPU does not catch up with the host. A
- * recording has VK_MAX_CHUNKS command buffers: 8 + 14 * 32 = 456 commands
- * go in the first fifteen (a decode pass of a 1B model is ~130), and past
- * that the last chunk just grows. */
+ * recording, ~4 us of host time a command, ~0.4 ms of a 1.25 ms decode
+ * pass on an H200. The first chunk is small so that the GPU starts early;
+ * each later one is VK_CHUNK_GROWTH times the one before, because every
+ * chunk costs the GPU a submission boundary (~30-60 us on the H200,
+ * KAKEYA_VK_PROFILE's "(between chunks)", whoever is ahead), and the host
+ * records a chunk in less time than the GPU spends on the one before it
+ * (a decode dispatch averages ~12 us of GPU time there), so the GPU does
+ * not catch up with the host. A decode pass of the 1B shape (~100
+ * commands) goes as 8 + 24 + the rest. Measured there (1B shape,
+ * `tools/gpu-ab.sh`, three rounds in one call): decode 1.213-1.231 ms a
+ * token against 1.246-1.284 with 8 and then 32 a chunk, 1.251-1.275
+ * growing from 12, 1.244-1.293 with 25 and then the rest; in another
+ * call, 8, 16, 32, 32... and 4, 8, 16, 32... took 1.30-1.43 against
+ * 1.26-1.29 (more boundaries). A recording has VK_MAX_CHUNKS command
+ * buffers: 8 + 24 + 72 + 216 + 648 = 968 commands go in the first five,
+ * and past that the last chunk just grows. */
 #define VK_FIRST_CHUNK_COMMANDS 8
-#define VK_CHUNK_COMMANDS 32
-#define VK_MAX_CHUNKS 16
+#define VK_CHUNK_GROWTH 3
+#define VK_MAX_CHUNKS 6
 /* maxPushDescriptors is at least 32 on every device with the extension. */
 #define VK_MAX_BINDINGS 32
 #define VK_MAX_PUSH_BYTES 128
@@ -150,6 +156,7 @@ struct vk_device {
     VkCommandBuffer cmd;
     int n_submitted;        /* chunks of this recording already submitted */
     int chunk_commands;     /* dispatches and copies recorded into cmd */
+    int chunk_capacity;     /* ... before it is submitted */
     bool is_chunk_open;     /* cmd is begun and not yet ended */
     struct vk_profile *profile;   /* KAKEYA_VK_PROFILE, else NULL */
     VkCommandBuffer xfer;   /* vk_upload / vk_download, one chunk each */
@@ -2034,6 +2041,9 @@ static VkResult chunk_begin(struct vk_device *d)
     d->cmd = cmd;
     d->is_chunk_open = true;
     d->chunk_commands = 0;
+    d->chunk_capacity = d->n_submitted == 0
+                            ? VK_FIRST_CHUNK_COMMANDS
+                            : d->chunk_capacity * VK_CHUNK_GROWTH;
     if (d->n_submitted == 0)
         profile_begin(d);
     barrier(d, d->cmd, STAGES_WORK, WRITES_WORK, STAGES_WORK, ACCESS_WORK);
@@ -2075,9 +2085,8 @@ static bool chunk_submit(struct vk_device *d, VkFence fence)
  * every command buffer in use the last chunk just grows (never a failure). */
 static void chunk_after_command(struct vk_device *d)
 {
-    const int capacity = d->n_submitted == 0 ? VK_FIRST_CHUNK_COMMANDS
-                                             : VK_CHUNK_COMMANDS;
-    if (++d->chunk_commands < capacity || d->n_submitted + 1 >= VK_MAX_CHUNKS)
+    if (++d->chunk_commands < d->chunk_capacity ||
+        d->n_submitted + 1 >= VK_MAX_CHUNKS)
         return;
     struct timespec t0;
     if (d->profile)

@@ -21,15 +21,15 @@
  * record into it, each followed by a full compute/transfer memory barrier
  * (ops of one forward pass depend on each other almost always; correctness
  * over overlap). The recording is submitted in chunks as it grows — the
- * first after a few commands, then every few dozen — so the GPU computes
- * while the host records the rest; each chunk opens with the same full
- * barrier, so every command sees what the commands recorded before it
- * wrote, whichever chunk they went in. vk_submit_wait() submits the last
- * chunk and blocks until the GPU has done them all. So a command may run
- * as soon as it is recorded: host data it reads (mapped UPLOAD memory) must
- * be in place before the call that records it and stay unchanged, and the
- * buffers it uses must not be freed, until vk_submit_wait returns. One
- * thread owns a device.
+ * first after a few commands, each next one a few times longer — so the
+ * GPU computes while the host records the rest; each chunk opens with the
+ * same full barrier, so every command sees what the commands recorded
+ * before it wrote, whichever chunk they went in. vk_submit_wait() submits
+ * the last chunk and blocks until the GPU has done them all. So a command
+ * may run as soon as it is recorded: host data it reads (mapped UPLOAD
+ * memory) must be in place before the call that records it and stay
+ * unchanged, and the buffers it uses must not be freed, until
+ * vk_submit_wait returns. One thread owns a device.
  *
  * KAKEYA_VK_PROFILE=1 times every dispatch and copy on the GPU (timestamp
  * queries; a row "(between chunks)" is the GPU's time from one chunk's end
