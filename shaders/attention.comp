@@ -57,6 +57,7 @@
 #extension GL_KHR_shader_subgroup_arithmetic : require
 
 #include "common.glsl"
+#include "kv_slot.glsl"
 
 /* Threads a workgroup (the Makefile's -DATT_WG; at least HD_MAX / 4, so
  * that a partition of 4 values a thread covers any head). */
@@ -80,13 +81,14 @@ layout(std430, binding = 2) readonly buffer VCache { uint vc[]; };
 layout(std430, binding = 3) readonly buffer KStage { uint ks[]; };
 layout(std430, binding = 4) readonly buffer VStage { uint vs[]; };
 layout(std430, binding = 5) writeonly buffer OutBuf { float o_out[]; };
+layout(std430, binding = 6) readonly buffer PosBuf { uint pos_words[]; };
 
 layout(push_constant) uniform Push {
-    uint n_rows, pos0, n_head, n_head_kv, head_dim;
+    uint n_rows, pos_at, n_head, n_head_kv, head_dim;
     uint type, block, row_bytes;
     uint policy, capacity, n_sink, layer_window, model_window;
     float scale;
-    uint stage_row0;
+    uint stage_in_place;
 } pc;
 
 /* The chunk's arrays come in two copies used in turn (chunk c's are
@@ -222,12 +224,7 @@ float fma_dot(vec4 a, vec4 b, float s)
 /* The cache slot of position k (kv.h's kv_slot). */
 uint slot_of(uint k)
 {
-    if (pc.policy == 1u)
-        return k % pc.capacity;
-    if (pc.policy == 2u)
-        return k < pc.n_sink ? k : pc.n_sink + (k - pc.n_sink) %
-                                                   (pc.capacity - pc.n_sink);
-    return k;
+    return kv_slot(k, pc.policy, pc.capacity, pc.n_sink);
 }
 
 /* ---- reductions over the workgroup (every thread calls, in uniform
@@ -280,16 +277,22 @@ void main()
                         (e0 & 1u) == 0u) ||
                        (pc.type == 2u && (pc.block & 3u) == 0u));
 
+    /* The batch's first position; whether its rows are in their slots
+     * already (else in the stage buffers, from row 0). */
+    const uint first = pos_words[pc.pos_at];
+    const bool in_place = pc.stage_in_place != 0u;
     /* What position p = pos0 + t sees (kv_visible), and the index of the
-     * first visible position in the stage buffers (>= pos0). */
-    const int p = int(pc.pos0 + t);
+     * first visible position in the stage buffers (>= pos0; none there
+     * when the batch is in place). */
+    const int p = int(first + t);
     const int w = int(pc.policy == 2u ? pc.layer_window : pc.model_window);
     const int sink_end = pc.policy == 2u ? min(int(pc.n_sink), p + 1) : 0;
     const int lo = w > 0 && p - w + 1 > sink_end ? p - w + 1 : sink_end;
     const uint n_vis = uint(sink_end + max(0, p - lo + 1));
-    const int pos0 = int(pc.pos0);
-    const uint v_stage = uint(pos0 <= sink_end ? pos0
-                                               : sink_end + max(0, pos0 - lo));
+    const int pos0 = int(first);
+    const uint v_stage = in_place ? n_vis
+                         : uint(pos0 <= sink_end ? pos0
+                                                 : sink_end + max(0, pos0 - lo));
 
     if (tid < HD_MAX / 4u) {
         vec4 v = vec4(0.0);
@@ -324,8 +327,8 @@ void main()
             const uint vi = c0 + tid;
             const uint k = vi < uint(sink_end) ? vi
                                                : uint(lo) + (vi - uint(sink_end));
-            const bool staged = k >= pc.pos0;
-            const uint row = staged ? pc.stage_row0 + (k - pc.pos0)
+            const bool staged = !in_place && k >= first;
+            const uint row = staged ? k - first
                                     : slot_of(k);
             const uint off = row * pc.row_bytes;
             rsh[b][tid] = staged ? row | STAGED : row;

@@ -5,6 +5,7 @@
 #version 450
 
 #include "kv_convert.glsl"
+#include "kv_slot.glsl"
 
 layout(local_size_x = 64) in;
 
@@ -13,7 +14,8 @@ layout(std430, binding = 0) readonly buffer SrcBuf { uint src[]; };
 layout(std430, binding = 1) buffer DstBuf { uint dst[]; };
 
 layout(push_constant) uniform Push {
-    uint n_rows, kv_dim, type, block, row_bytes, dst_word0;
+    uint n_rows, kv_dim, type, block, row_bytes;
+    uint in_place, pos0, policy, capacity, n_sink;
 } pc;
 
 uint kv_src_bits(uint i)
@@ -26,7 +28,11 @@ void main()
     const kv_layout L = kv_layout(pc.n_rows, pc.kv_dim, pc.type, pc.block,
                                   pc.row_bytes);
     const uint wi = gl_GlobalInvocationID.x;
-    const uint at = pc.dst_word0 + wi;
-    if (wi < kv_words(L))
-        dst[at] = kv_word(L, wi, dst[at]);
+    if (wi >= kv_words(L))
+        return;
+    const uint at = pc.in_place != 0u
+                        ? kv_slot_word(wi, pc.pos0, pc.row_bytes, pc.policy,
+                                       pc.capacity, pc.n_sink)
+                        : wi;
+    dst[at] = kv_word(L, wi, dst[at]);
 }

@@ -1,7 +1,7 @@
 /* rope_kv_store.comp — a batch's RoPE and KV store in one dispatch
  * (contract in engine/vulkan/vk_shaders.h): rope.comp on Q in place, and
  * kv_store.comp of K rotated on the fly and of V, into the staging rows
- * (or a full cache's slots, from word dst_word0).
+ * (or, in_place, straight into the cache's slots).
  * gl_WorkGroupID.y picks the part: 0 the query pairs, 1 the key words,
  * 2 the value words; x covers the largest part. The rotation is
  * rope.glsl's and the conversion kv_convert.glsl's, so the bytes are those
@@ -23,6 +23,7 @@
 #extension GL_KHR_shader_subgroup_arithmetic : require
 
 #include "kv_convert.glsl"
+#include "kv_slot.glsl"
 #include "rope.glsl"
 
 layout(local_size_x = 64) in;   /* with QK_NORM, NORM_LANES */
@@ -31,14 +32,26 @@ layout(std430, binding = 0) buffer QBuf { float q[]; };
 layout(std430, binding = 1) readonly buffer KBuf { float k[]; };
 layout(std430, binding = 2) readonly buffer VBuf { uint v[]; };
 layout(std430, binding = 3) readonly buffer CSBuf { float cs[]; };
+/* The same table's words: word pos_at is the batch's first position. */
+layout(std430, binding = 3) readonly buffer CSWords { uint cs_words[]; };
 layout(std430, binding = 4) buffer KStage { uint k_stage[]; };
 layout(std430, binding = 5) buffer VStage { uint v_stage[]; };
 
 layout(push_constant) uniform Push {
     uint n_rows, n_head, n_head_kv, head_dim, n_rot, style;
-    uint type, block, row_bytes, dst_word0;
+    uint type, block, row_bytes, in_place, pos_at;
+    uint policy, capacity, n_sink;   /* in_place: the layer's slots */
     float eps;   /* QK_NORM: the norms' epsilon */
 } pc;
+
+/* The word of the stage buffers that word i of the batch's rows goes to. */
+uint dst_word(uint i)
+{
+    return pc.in_place != 0u
+               ? kv_slot_word(i, cs_words[pc.pos_at], pc.row_bytes, pc.policy,
+                              pc.capacity, pc.n_sink)
+               : i;
+}
 
 #ifdef QK_NORM
 layout(std430, binding = 0) readonly buffer QBuf4 { vec4 q4[]; };
@@ -153,7 +166,7 @@ void main()
     for (uint j = lane; j < 2u * head_words; j += NORM_LANES) {
         reading_keys = j < head_words;
         const uint wi = w0 + (reading_keys ? j : j - head_words);
-        const uint at = pc.dst_word0 + wi;
+        const uint at = dst_word(wi);
         if (reading_keys)
             k_stage[at] = kv_word(L, wi, k_stage[at]);
         else
@@ -176,7 +189,7 @@ void main()
     if (id >= kv_words(L))
         return;
     reading_keys = gl_WorkGroupID.y == 1u;
-    const uint at = pc.dst_word0 + id;
+    const uint at = dst_word(id);
     if (reading_keys)
         k_stage[at] = kv_word(L, id, k_stage[at]);
     else

@@ -10,6 +10,9 @@
  * message, also after earlier chunks of the recording were submitted.
  * Under KAKEYA_VK_PROFILE the table printed at close gives the driver's
  * statistics of each dispatched pipeline, or says the device has none.
+ * A recording made twice is submitted again from a kept command buffer,
+ * with each pass's own host data; one that parts from it anywhere runs as
+ * recorded; freeing a buffer forgets what was kept.
  *
  * Runs on whatever the loader offers (lavapipe, the CPU driver, on machines
  * without a GPU). With no Vulkan device at all every test says SKIP loudly
@@ -760,6 +763,121 @@ static void test_without_profiling_closing_prints_nothing(void **state)
     free(out);
 }
 
+/* ---- replays ---- */
+
+/* One pass of a recording that reads host data: `value` goes into the
+ * mapped upload buffer, is copied to x, and y = x * scale + one. */
+static void upload_pass(struct chain *c, struct vk_buffer *upload,
+                        struct vk_buffer *x, float value, float scale)
+{
+    float *host = upload->mapped;
+    for (int i = 0; i < CHAIN_N; i++)
+        host[i] = value;
+    struct push_axpb pc = {.n = CHAIN_N, .scale = scale};
+    const struct vk_buffer *bind[] = {x, &c->one, &c->pair[0]};
+    begin(c->d);
+    vk_copy(c->d, upload, 0, x, 0, CHAIN_N * sizeof(float));
+    vk_dispatch(c->d, &c->p, bind, &pc, (CHAIN_N + 63) / 64, 1, 1);
+    submit(c->d);
+}
+
+static void test_a_recording_made_twice_is_replayed_with_the_host_data_of_each_pass(
+    void **state)
+{
+    struct chain c = chain_open();
+    struct vk_buffer up = new_buffer(c.d, CHAIN_N * sizeof(float),
+                                     VK_MEM_UPLOAD);
+    struct vk_buffer x = chain_buffer(c.d, 0.0f);
+    for (int pass = 0; pass < 5; pass++) {
+        upload_pass(&c, &up, &x, (float)pass, 3.0f);
+        assert_all_equal(c.d, &c.pair[0], CHAIN_N, 3.0f * (float)pass + 1);
+    }
+    /* The first two passes are recorded (the second is kept), the rest
+     * submitted from the kept command buffer. */
+    assert_int_equal(vk_device_replayed(c.d), 3);
+    vk_buffer_free(c.d, &up);
+    vk_buffer_free(c.d, &x);
+    chain_close(&c);
+}
+
+static void test_a_recording_that_parts_from_a_kept_one_runs_as_recorded(
+    void **state)
+{
+    struct chain c = chain_open();
+    struct vk_buffer up = new_buffer(c.d, CHAIN_N * sizeof(float),
+                                     VK_MEM_UPLOAD);
+    struct vk_buffer x = chain_buffer(c.d, 0.0f);
+    upload_pass(&c, &up, &x, 1.0f, 3.0f);
+    upload_pass(&c, &up, &x, 2.0f, 3.0f);
+    /* Its last command's push constants differ. */
+    upload_pass(&c, &up, &x, 2.0f, 5.0f);
+    assert_all_equal(c.d, &c.pair[0], CHAIN_N, 11.0f);
+    /* Only its first command: a prefix of the kept one. */
+    float *host = up.mapped;
+    for (int i = 0; i < CHAIN_N; i++)
+        host[i] = 7.0f;
+    begin(c.d);
+    vk_copy(c.d, &up, 0, &x, 0, CHAIN_N * sizeof(float));
+    submit(c.d);
+    float first;
+    download(c.d, &x, 0, &first, sizeof first);
+    assert_true(first == 7.0f);
+    /* One command more than the kept one. */
+    begin(c.d);
+    vk_copy(c.d, &up, 0, &x, 0, CHAIN_N * sizeof(float));
+    struct push_axpb pc = {.n = CHAIN_N, .scale = 3.0f};
+    const struct vk_buffer *bind[] = {&x, &c.one, &c.pair[0]};
+    vk_dispatch(c.d, &c.p, bind, &pc, (CHAIN_N + 63) / 64, 1, 1);
+    vk_copy(c.d, &c.pair[0], 0, &c.pair[1], 0, CHAIN_N * sizeof(float));
+    submit(c.d);
+    assert_all_equal(c.d, &c.pair[1], CHAIN_N, 3.0f * 7.0f + 1);
+    assert_int_equal(vk_device_replayed(c.d), 0);
+    /* The kept one still replays. */
+    upload_pass(&c, &up, &x, 4.0f, 3.0f);
+    assert_all_equal(c.d, &c.pair[0], CHAIN_N, 13.0f);
+    assert_int_equal(vk_device_replayed(c.d), 1);
+    vk_buffer_free(c.d, &up);
+    vk_buffer_free(c.d, &x);
+    chain_close(&c);
+}
+
+static void test_freeing_a_buffer_forgets_the_kept_recordings(void **state)
+{
+    struct chain c = chain_open();
+    struct vk_buffer up = new_buffer(c.d, CHAIN_N * sizeof(float),
+                                     VK_MEM_UPLOAD);
+    struct vk_buffer x = chain_buffer(c.d, 0.0f);
+    upload_pass(&c, &up, &x, 1.0f, 3.0f);
+    upload_pass(&c, &up, &x, 1.0f, 3.0f);
+    /* A new x, which may well get the old one's handle. */
+    vk_buffer_free(c.d, &x);
+    x = chain_buffer(c.d, 0.0f);
+    upload_pass(&c, &up, &x, 2.0f, 3.0f);
+    assert_all_equal(c.d, &c.pair[0], CHAIN_N, 7.0f);
+    assert_int_equal(vk_device_replayed(c.d), 0);
+    vk_buffer_free(c.d, &up);
+    vk_buffer_free(c.d, &x);
+    chain_close(&c);
+}
+
+static void test_replays_are_off_under_kakeya_vk_replay_0(void **state)
+{
+    setenv("KAKEYA_VK_REPLAY", "0", 1);
+    struct chain c = chain_open();
+    unsetenv("KAKEYA_VK_REPLAY");
+    struct vk_buffer up = new_buffer(c.d, CHAIN_N * sizeof(float),
+                                     VK_MEM_UPLOAD);
+    struct vk_buffer x = chain_buffer(c.d, 0.0f);
+    for (int pass = 0; pass < 4; pass++) {
+        upload_pass(&c, &up, &x, (float)pass, 2.0f);
+        assert_all_equal(c.d, &c.pair[0], CHAIN_N, 2.0f * (float)pass + 1);
+    }
+    assert_int_equal(vk_device_replayed(c.d), 0);
+    vk_buffer_free(c.d, &up);
+    vk_buffer_free(c.d, &x);
+    chain_close(&c);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -789,6 +907,12 @@ int main(void)
         cmocka_unit_test(
             test_profiling_prints_dispatched_pipelines_statistics_or_why_not),
         cmocka_unit_test(test_without_profiling_closing_prints_nothing),
+        cmocka_unit_test(
+            test_a_recording_made_twice_is_replayed_with_the_host_data_of_each_pass),
+        cmocka_unit_test(
+            test_a_recording_that_parts_from_a_kept_one_runs_as_recorded),
+        cmocka_unit_test(test_freeing_a_buffer_forgets_the_kept_recordings),
+        cmocka_unit_test(test_replays_are_off_under_kakeya_vk_replay_0),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -903,11 +903,32 @@ static float *kv_input(enum kv_type type, int n_rows, int kv_dim, int block,
     return x;
 }
 
-/* kv_store of n_rows rows from word word0 of the destination (a cache
- * slot written in place): kv.c's bytes there, and nothing before or after
- * them touched. */
+/* Where kv_store puts a batch: staged (packed from word 0), or in place,
+ * straight into the slots of positions pos0.. of a layer of `capacity`
+ * rows under policy. */
+struct kv_placement {
+    bool in_place;
+    int pos0;
+    enum kv_policy policy;
+    int capacity, n_sink;
+};
+
+/* The byte of the destination where row t of the batch starts. */
+static size_t placed_at(const struct kv_placement *pl, size_t row_bytes,
+                        int t)
+{
+    if (!pl->in_place)
+        return (size_t)t * row_bytes;
+    const struct kv_layer L = {.policy = pl->policy,
+                               .capacity = pl->capacity,
+                               .n_sink = pl->n_sink};
+    return (size_t)kv_slot(&L, pl->pos0 + t) * row_bytes;
+}
+
+/* kv_store of n_rows rows placed as pl says: kv.c's bytes in each row's
+ * place, and nothing else touched. */
 static void check_kv_store(enum kv_type type, int n_head_kv, int head_dim,
-                           int n_rows, uint32_t word0)
+                           int n_rows, const struct kv_placement *pl)
 {
     struct kv_cache *kv = new_cache(type, n_head_kv, head_dim, 32, 8, NULL,
                                     0, 0);
@@ -915,39 +936,44 @@ static void check_kv_store(enum kv_type type, int n_head_kv, int head_dim,
     float *k = kv_input(type, n_rows, kv->kv_dim, kv->block, &s);
     kv_stage(kv, 0, 0, n_rows, k, k);
 
-    const size_t total = (size_t)n_rows * kv->row_bytes, at = 4 * word0;
-    const size_t room = at + (total + 3) / 4 * 4 + 8;
-    uint8_t *dst = malloc(room);
+    const size_t rb = kv->row_bytes;
+    const size_t total = (size_t)(pl->in_place ? pl->capacity : n_rows) * rb;
+    const size_t room = (total + 3) / 4 * 4 + 8;
+    uint8_t *dst = malloc(room), *want = malloc(room);
     memset(dst, 0xa5, room);
+    memset(want, 0xa5, room);
+    for (int t = 0; t < n_rows; t++)
+        memcpy(want + placed_at(pl, rb, t), kv->stage_k + (size_t)t * rb, rb);
     struct vk_buffer bs = buffer_with(k, (size_t)n_rows * kv->kv_dim * 4);
     struct vk_buffer bd = buffer_with(dst, room);
     const struct vk_buffer *bufs[] = {&bs, &bd};
-    struct vk_push_kv_store push = {(uint32_t)n_rows, (uint32_t)kv->kv_dim,
-                                    (uint32_t)type, (uint32_t)kv->block,
-                                    (uint32_t)kv->row_bytes, word0};
+    struct vk_push_kv_store push = {
+        (uint32_t)n_rows, (uint32_t)kv->kv_dim, (uint32_t)type,
+        (uint32_t)kv->block, (uint32_t)rb, pl->in_place, (uint32_t)pl->pos0,
+        (uint32_t)pl->policy, (uint32_t)pl->capacity, (uint32_t)pl->n_sink};
     run("kv_store", 2, bufs, &push, sizeof push,
-        ceil_div(ceil_div(total, 4), 64), 1, 1);
+        ceil_div(ceil_div((uint64_t)n_rows * rb, 4), 64), 1, 1);
     download(&bd, dst, room);
-    for (size_t i = 0; i < total; i++)
-        if (dst[at + i] != kv->stage_k[i])
-            fail_msg("kv_store %s, %d x %d from word %u, row %zu byte %zu: "
-                     "0x%02x, want 0x%02x", kv_type_name(type), n_head_kv,
-                     head_dim, word0, i / kv->row_bytes, i % kv->row_bytes,
-                     dst[at + i], kv->stage_k[i]);
     for (size_t i = 0; i < room; i++)
-        if ((i < at || i >= at + total) && dst[i] != 0xa5)
-            fail_msg("kv_store %s from word %u: byte %zu outside the rows "
-                     "was overwritten", kv_type_name(type), word0, i);
+        if (dst[i] != want[i])
+            fail_msg("kv_store %s, %d x %d, %s policy %d at %d: byte %zu "
+                     "(row %zu byte %zu) is 0x%02x, want 0x%02x",
+                     kv_type_name(type), n_head_kv, head_dim,
+                     pl->in_place ? "in place" : "staged", (int)pl->policy,
+                     pl->pos0, i, i / rb, i % rb, dst[i], want[i]);
     vk_buffer_free(dev, &bs);
     vk_buffer_free(dev, &bd);
     free(k);
     free(dst);
+    free(want);
     kv_free(kv);
 }
 
 /* Byte for byte kv.c's rows, for rows that start mid-word (q8_0 rows of
  * 102, 82 and 105 bytes; f16 rows of 198) and blocks of 32, 80 and 33,
- * into a staging buffer and into a cache's slots further on. */
+ * into a staging buffer; rows of whole words also straight into a layer's
+ * slots: a full cache's further on, a ring's and a sink+window's around
+ * their wrap. */
 static void test_kv_store_writes_kv_c_rows_byte_for_byte(void **state)
 {
     (void)state;
@@ -955,10 +981,26 @@ static void test_kv_store_writes_kv_c_rows_byte_for_byte(void **state)
     static const int shapes[][3] = {{3, 32, 5}, {1, 80, 5}, {3, 33, 5},
                                     {2, 64, 1}, {1, 32, 7}};
     for (int type = KV_F32; type <= KV_Q8_0; type++)
-        for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++)
-            for (uint32_t word0 = 0; word0 <= 5; word0 += 5)
+        for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++) {
+            const int n = shapes[i][2];
+            const struct kv_placement staged = {.in_place = false};
+            check_kv_store((enum kv_type)type, shapes[i][0], shapes[i][1], n,
+                           &staged);
+            struct kv_cache *kv = new_cache((enum kv_type)type, shapes[i][0],
+                                            shapes[i][1], 32, 8, NULL, 0, 0);
+            const bool whole_words = kv->row_bytes % 4 == 0;
+            kv_free(kv);
+            if (!whole_words)
+                continue;
+            const struct kv_placement places[] = {
+                {true, 5, KV_FULL, 5 + n + 2, 0},
+                {true, 7, KV_RING, n + 3, 0},
+                {true, 9, KV_SINK_WINDOW, 2 + n + 1, 2},
+            };
+            for (size_t j = 0; j < sizeof places / sizeof places[0]; j++)
                 check_kv_store((enum kv_type)type, shapes[i][0],
-                               shapes[i][1], shapes[i][2], word0);
+                               shapes[i][1], n, &places[j]);
+        }
 }
 
 /* kk_f32_to_f16 against quant.c's f32_to_fp16 where rounding is decided:
@@ -992,7 +1034,8 @@ static void test_kv_store_f16_rounds_every_half_midpoint_like_the_cpu(
     struct vk_buffer bs = buffer_with(bits, (size_t)n * 4);
     struct vk_buffer bd = buffer_with(NULL, (size_t)n * 2);
     const struct vk_buffer *bufs[] = {&bs, &bd};
-    struct vk_push_kv_store push = {n_rows, 64, KV_F16, 64, 128, 0};
+    struct vk_push_kv_store push = {n_rows, 64, KV_F16, 64, 128,
+                                    0,      0,  0,      0,  0};
     run("kv_store", 2, bufs, &push, sizeof push, ceil_div(n / 2, 64), 1, 1);
     download(&bd, got, (size_t)n * 2);
     for (uint32_t i = 0; i < n; i++) {
@@ -1094,10 +1137,13 @@ static void attention_on_device(const char *shader,
         upload_padded(&bks, kv->stage_k, (size_t)n * kv->row_bytes);
         upload_padded(&bvs, kv->stage_v, (size_t)n * kv->row_bytes);
     }
+    /* pos0 as the backend passes it: a word of a buffer (here word 1) */
+    const uint32_t positions[] = {0xdeadbeef, (uint32_t)pos0};
+    struct vk_buffer bpos = buffer_with(positions, sizeof positions);
     const struct vk_buffer *bufs[] = {&bq, &bkc, &bvc, in_place ? &bkc : &bks,
-                                      in_place ? &bvc : &bvs, &bo};
+                                      in_place ? &bvc : &bvs, &bo, &bpos};
     struct vk_push_attention push = {
-        .n_rows = (uint32_t)n, .pos0 = (uint32_t)pos0,
+        .n_rows = (uint32_t)n, .pos_at = 1,
         .n_head = (uint32_t)c->n_head, .n_head_kv = (uint32_t)c->n_head_kv,
         .head_dim = (uint32_t)c->head_dim, .type = (uint32_t)kv->type,
         .block = (uint32_t)kv->block, .row_bytes = (uint32_t)kv->row_bytes,
@@ -1105,13 +1151,14 @@ static void attention_on_device(const char *shader,
         .n_sink = (uint32_t)L->n_sink, .layer_window = (uint32_t)L->window,
         .model_window = (uint32_t)c->model_window,
         .scale = attention_scale(c->head_dim),
-        .stage_row0 = in_place ? (uint32_t)pos0 : 0,
+        .stage_in_place = in_place,
     };
-    run(shader, 6, bufs, &push, sizeof push, (uint32_t)c->n_head,
+    run(shader, 7, bufs, &push, sizeof push, (uint32_t)c->n_head,
         (uint32_t)n, 1);
     download(&bo, out, nq * 4);
     vk_buffer_free(dev, &bq);
     vk_buffer_free(dev, &bo);
+    vk_buffer_free(dev, &bpos);
     vk_buffer_free(dev, &bkc);
     vk_buffer_free(dev, &bvc);
     if (!in_place) {
@@ -1943,14 +1990,20 @@ static void check_rope_kv_store(const struct rkv_case *c)
     float *k = c->norms ? random_floats(nk, -3.0f, 3.0f, &s)
                         : kv_input(type, n_rows, kv->kv_dim, kv->block, &s);
     float *v = kv_input(type, n_rows, kv->kv_dim, kv->block, &s);
-    float *cs = random_floats((size_t)n_rows * n_rot, -1.0f, 1.0f, &s);
+    /* the angles, then (word n_rows * n_rot) the batch's first position */
+    const size_t n_angles = (size_t)n_rows * n_rot;
+    float *cs = random_floats(n_angles + 1, -1.0f, 1.0f, &s);
     float *qw = random_floats((size_t)head_dim, 0.5f, 1.5f, &s);
     float *kw = random_floats((size_t)head_dim, 0.5f, 1.5f, &s);
     const size_t room = ((size_t)n_rows * kv->row_bytes + 3) / 4 * 4 + 8;
     uint8_t *want_k = malloc(room), *want_v = malloc(room);
-    /* the fused dispatch writes from word `shift` on (in place in a
-     * cache's slots), with untouched bytes before */
-    const uint32_t shift = 4;
+    /* the fused dispatch writes rows of whole words in place, as in a full
+     * cache's slots, from the row of position 3 (word `shift`), with
+     * untouched bytes before; others at word 0 */
+    const bool in_place = kv->row_bytes % 4 == 0;
+    const uint32_t pos0 = 3;
+    const uint32_t shift = in_place ? pos0 * (uint32_t)(kv->row_bytes / 4) : 0;
+    memcpy(cs + n_angles, &pos0, sizeof pos0);
     uint8_t *got_k = malloc(room + 4 * shift);
     uint8_t *got_v = malloc(room + 4 * shift);
     float *want_q = malloc(nq * 4), *got_q = malloc(nq * 4);
@@ -1959,7 +2012,7 @@ static void check_rope_kv_store(const struct rkv_case *c)
     /* rmsnorm, rope on q and k, then kv_store of each */
     struct vk_buffer bq = buffer_with(q, nq * 4), bk = buffer_with(k, nk * 4);
     struct vk_buffer bv = buffer_with(v, nk * 4);
-    struct vk_buffer bc = buffer_with(cs, (size_t)n_rows * n_rot * 4);
+    struct vk_buffer bc = buffer_with(cs, (n_angles + 1) * 4);
     struct vk_buffer bqw = buffer_with(qw, (size_t)head_dim * 4);
     struct vk_buffer bkw = buffer_with(kw, (size_t)head_dim * 4);
     struct vk_buffer sk = buffer_with(got_k, room), sv = buffer_with(got_k,
@@ -1979,7 +2032,7 @@ static void check_rope_kv_store(const struct rkv_case *c)
         64, 1, 1);
     struct vk_push_kv_store ps = {(uint32_t)n_rows, (uint32_t)kv->kv_dim,
                                   (uint32_t)type, (uint32_t)kv->block,
-                                  (uint32_t)kv->row_bytes, 0};
+                                  (uint32_t)kv->row_bytes, 0, 0, 0, 0, 0};
     uint32_t words = ceil_div(ceil_div((uint64_t)n_rows * kv->row_bytes, 4),
                               64);
     run("kv_store", 2, (const struct vk_buffer *[]){&bk, &sk}, &ps,
@@ -2002,8 +2055,8 @@ static void check_rope_kv_store(const struct rkv_case *c)
     struct vk_push_rope_kv_store pf = {
         (uint32_t)n_rows, (uint32_t)n_head, (uint32_t)n_head_kv,
         (uint32_t)head_dim, (uint32_t)n_rot, (uint32_t)c->style,
-        (uint32_t)type, (uint32_t)kv->block, (uint32_t)kv->row_bytes, shift,
-        eps};
+        (uint32_t)type, (uint32_t)kv->block, (uint32_t)kv->row_bytes,
+        in_place, (uint32_t)n_angles, KV_FULL, 0, 0, eps};
     const struct vk_buffer *fused[] = {&bq, &bk, &bv, &bc,
                                        &sk, &sv, &bqw, &bkw};
     uint32_t pairs = ceil_div((uint64_t)n_rows * n_head * (n_rot / 2), 64);

@@ -13,11 +13,11 @@
  * The KV cache keeps its bookkeeping (slots, ring positions, what is
  * staged) in struct kv_cache on the host, exactly as on the CPU; only its
  * rows are here. kv_commit_plan() tells which staged rows go to which slots,
- * and they are moved with device copies — except in a layer that keeps
- * every position (kv_in_place): there a batch's rows are written straight
- * into their slots, which no query of the batch reads before its own
- * position, and the cache serves as its own stage (32 copies fewer a
- * decode pass of a 16-layer model, each a wait between dispatches). The
+ * and they are moved with device copies — except where a batch's rows can
+ * be written straight into their slots (kv_in_place: every batch of a
+ * layer that keeps every position, a batch no longer than a ring's slack),
+ * and the cache serves as its own stage (32 copies fewer a decode pass of
+ * a 16-layer model, each a wait between dispatches). The
  * host rows of the cache are filled only for checkpoints (backend_kv_pull
  * / backend_kv_push). */
 #include "backend_impl.h"
@@ -51,9 +51,17 @@ enum { N_MATMUL = sizeof matmul_shaders / sizeof matmul_shaders[0] };
 /* The GPU's matmul forms by batch size: vk_matmul_forms (vk_shaders.h). */
 enum { N_GPU_FORMS = VK_MATMUL_FORMS };
 
+/* A pass's positions as its shaders read them: for each of n rows, the
+ * angles of RoPE with this base over n_rot dimensions (rope_angles), then
+ * the word pos_at = n * n_rot, the batch's first position. The shaders
+ * that place the batch in the KV cache (rope_kv_store, attention) read it
+ * there rather than from push constants, so that a decode step records
+ * the same commands at every position and the device can submit a kept
+ * recording of it (vk_device.h, replays). */
 struct rope_table {
     float base;
     int n_rot;
+    uint32_t pos_at, pos0;
     struct vk_buffer buf;
 };
 
@@ -309,7 +317,7 @@ static int make_pipelines(struct vk_backend *be, struct kk_error *err)
            make_pipeline(be, "rope_kv_store_norm", 8,
                          sizeof(struct vk_push_rope_kv_store),
                          &be->rope_kv_store_norm, err) ||
-           make_pipeline(be, rowwise ? "attention_cpu" : "attention", 6,
+           make_pipeline(be, rowwise ? "attention_cpu" : "attention", 7,
                          sizeof(struct vk_push_attention), &be->attention,
                          err)
                ? -1 : 0;
@@ -436,7 +444,8 @@ static int vkb_threads(const struct backend *be)
 }
 
 /* The upload buffer holds a pass's embedding rows (max_tokens x max_cols)
- * and its RoPE tables; each table buffer max_tokens x head_dim angles. */
+ * and its position tables; each table buffer max_tokens x head_dim angles
+ * and a first position (struct rope_table). */
 static int vkb_reserve(struct backend *base, int max_tokens, int64_t max_cols,
                        int n_ctx, int head_dim, int group,
                        struct kk_error *err)
@@ -451,14 +460,15 @@ static int vkb_reserve(struct backend *base, int max_tokens, int64_t max_cols,
     head_dim = head_dim > be->head_dim ? head_dim : be->head_dim;
     size_t upload = (size_t)max_tokens *
                         (size_t)(max_cols + MAX_ROPE_TABLES * head_dim) *
-                        sizeof(float) + 16 * (MAX_ROPE_TABLES + 1);
+                        sizeof(float) + 32 * (MAX_ROPE_TABLES + 1);
     vk_buffer_free(be->dev, &be->upload);
     if (vk_buffer_new(be->dev, upload, VK_MEM_UPLOAD, &be->upload, err))
         return -1;
     for (int i = 0; i < MAX_ROPE_TABLES; i++) {
         vk_buffer_free(be->dev, &be->rope_tables[i].buf);
         if (vk_buffer_new(be->dev,
-                          (size_t)max_tokens * (size_t)head_dim * sizeof(float),
+                          ((size_t)max_tokens * (size_t)head_dim + 1) *
+                              sizeof(float),
                           VK_MEM_DEVICE, &be->rope_tables[i].buf, err))
             return -1;
     }
@@ -922,31 +932,55 @@ static void vkb_norm_add(struct backend *base, struct be_tensor *x,
     norm_dispatch(be, &be->rmsnorm_add, x, y, weight, n, dim, eps);
 }
 
-/* The angle table of this pass for (base, n_rot), made on first use. */
-static const struct vk_buffer *rope_table(struct vk_backend *be, int n,
-                                          int n_rot, const int32_t *pos,
-                                          float base)
+/* The table of this pass's n positions pos (pos0, pos0 + 1, ... in a
+ * forward pass; pos may be NULL when n_rot is 0) for (base, n_rot), made
+ * on first use. A pass is at one set of positions: a table asked for at
+ * another first position fails the pass. */
+static const struct rope_table *rope_table(struct vk_backend *be, int n,
+                                           int n_rot, int pos0,
+                                           const int32_t *pos, float base)
 {
-    for (int i = 0; i < be->n_rope_tables; i++)
-        if (be->rope_tables[i].base == base &&
-            be->rope_tables[i].n_rot == n_rot)
-            return &be->rope_tables[i].buf;
+    for (int i = 0; i < be->n_rope_tables; i++) {
+        const struct rope_table *rt = &be->rope_tables[i];
+        if (rt->pos0 != (uint32_t)pos0) {
+            pass_fail(be, "internal: one pass at two sets of positions");
+            return NULL;
+        }
+        if (rt->base == base && rt->n_rot == n_rot)
+            return rt;
+    }
     if (be->n_rope_tables == MAX_ROPE_TABLES) {
         pass_fail(be, "internal: more RoPE bases in one pass than tables");
         return NULL;
     }
-    size_t bytes = (size_t)n * (size_t)n_rot * sizeof(float);
+    const size_t n_angles = (size_t)n * (size_t)n_rot;
+    const size_t bytes = (n_angles + 1) * sizeof(float);
     int64_t off = upload_alloc(be, bytes);
     if (off < 0)
         return NULL;
     float *cs = (float *)((char *)be->upload.mapped + off);
-    for (int t = 0; t < n; t++)
+    for (int t = 0; t < n && n_rot > 0; t++)
         rope_angles(pos[t], n_rot, base, cs + (size_t)t * (size_t)n_rot);
+    const uint32_t first = (uint32_t)pos0;
+    memcpy(cs + n_angles, &first, sizeof first);
     struct rope_table *rt = &be->rope_tables[be->n_rope_tables++];
     rt->base = base;
     rt->n_rot = n_rot;
+    rt->pos_at = (uint32_t)n_angles;
+    rt->pos0 = first;
     copy(be, &be->upload, (VkDeviceSize)off, &rt->buf, 0, bytes);
-    return &rt->buf;
+    return rt;
+}
+
+/* A table of this pass at first position pos0, for a shader that reads
+ * only that: any of the pass's, or one with no angles. */
+static const struct rope_table *pass_positions(struct vk_backend *be, int n,
+                                               int pos0)
+{
+    return be->n_rope_tables > 0
+               ? rope_table(be, n, be->rope_tables[0].n_rot, pos0, NULL,
+                            be->rope_tables[0].base)
+               : rope_table(be, n, 0, pos0, NULL, 0.0f);
 }
 
 static void vkb_rope(struct backend *base, struct be_tensor *x, int n,
@@ -954,9 +988,11 @@ static void vkb_rope(struct backend *base, struct be_tensor *x, int n,
                      float rope_base, enum rope_style style)
 {
     struct vk_backend *be = vkb(base);
-    const struct vk_buffer *cs = rope_table(be, n, n_rot, pos, rope_base);
-    if (!cs)
+    const struct rope_table *rt = rope_table(be, n, n_rot, pos[0], pos,
+                                             rope_base);
+    if (!rt)
         return;
+    const struct vk_buffer *cs = &rt->buf;
     struct vk_push_rope pc = {.n_rows = (uint32_t)n,
                               .n_heads = (uint32_t)n_heads,
                               .head_dim = (uint32_t)head_dim,
@@ -1003,29 +1039,40 @@ static void vkb_add_row(struct backend *base, struct be_tensor *x,
     dispatch(be, &be->add, bufs, &pc, elementwise_groups(count), 1, 1);
 }
 
-/* Whether layer il's batch rows go straight into its slots: a full cache
- * (slot = position, and a query reads no position after its own) whose
- * rows start on a word, so that no word of a slot the batch writes holds
- * bytes of one it does not. */
-static bool kv_in_place(const struct kv_cache *kv, int il)
+/* Whether layer il's batch of n rows goes straight into its slots, rows
+ * starting on a word (so no word of a slot the batch writes holds bytes
+ * of one it does not): in a full cache (slot = position, and a query
+ * reads no position after its own), or in a ring (or sink+window) when
+ * the batch is no longer than its slack — then a row of the batch lands
+ * only on a position older than any query of the batch sees, as kv.h's
+ * slack argument for commits goes. A longer batch (a prompt) is staged
+ * and copied: its last rows may overwrite what its first queries read. */
+static bool kv_in_place(const struct kv_cache *kv, int il, int n)
 {
-    return kv->layers[il].policy == KV_FULL && kv->row_bytes % 4 == 0;
+    return kv->row_bytes % 4 == 0 &&
+           (kv->layers[il].policy == KV_FULL || n <= KV_SLACK);
 }
 
-/* Where layer il's batch rows at pos0 are staged: the buffers, and the
- * first row there. */
+/* Where layer il's batch of n rows is staged (the cache itself when in
+ * place), and the shaders' description of that. */
 struct kv_stage {
     const struct vk_buffer *k, *v;
-    uint32_t row0;
+    uint32_t in_place, policy, capacity, n_sink;
 };
 
 static struct kv_stage stage_of(const struct vk_backend *be,
-                                const struct kv_cache *kv, int il, int pos0)
+                                const struct kv_cache *kv, int il, int n)
 {
-    if (kv_in_place(kv, il))
-        return (struct kv_stage){&be->kv_k[il], &be->kv_v[il],
-                                 (uint32_t)pos0};
-    return (struct kv_stage){&be->stage_k, &be->stage_v, 0};
+    /* enum kv_policy is full, ring, sink+window: the shaders' 0, 1, 2. */
+    const struct kv_layer *L = &kv->layers[il];
+    struct kv_stage st = {&be->stage_k, &be->stage_v, 0, (uint32_t)L->policy,
+                          (uint32_t)L->capacity, (uint32_t)L->n_sink};
+    if (kv_in_place(kv, il, n)) {
+        st.k = &be->kv_k[il];
+        st.v = &be->kv_v[il];
+        st.in_place = 1;
+    }
+    return st;
 }
 
 static void vkb_kv_store(struct backend *base, struct kv_cache *kv, int il,
@@ -1033,13 +1080,14 @@ static void vkb_kv_store(struct backend *base, struct kv_cache *kv, int il,
                          const struct be_tensor *v)
 {
     struct vk_backend *be = vkb(base);
-    const struct kv_stage st = stage_of(be, kv, il, pos0);
+    const struct kv_stage st = stage_of(be, kv, il, n);
     /* enum kv_type is f32, f16, q8_0: the shader's 0, 1, 2. */
     struct vk_push_kv_store pc = {
         .n_rows = (uint32_t)n, .kv_dim = (uint32_t)kv->kv_dim,
         .type = (uint32_t)kv->type, .block = (uint32_t)kv->block,
-        .row_bytes = (uint32_t)kv->row_bytes,
-        .dst_word0 = st.row0 * (uint32_t)(kv->row_bytes / 4),
+        .row_bytes = (uint32_t)kv->row_bytes, .in_place = st.in_place,
+        .pos0 = (uint32_t)pos0, .policy = st.policy,
+        .capacity = st.capacity, .n_sink = st.n_sink,
     };
     uint32_t words = groups_of((int64_t)n * (int64_t)kv->row_bytes, 4);
     const struct vk_buffer *kb[] = {buf(k), st.k};
@@ -1063,11 +1111,12 @@ static void vkb_rope_kv_store(struct backend *base, struct kv_cache *kv,
         (kv->type != KV_Q8_0 || head_dim % kv->block == 0);
     if (!fold_norms)
         norm_heads(base, rope, q, n_head, k, n_head_kv, n, head_dim);
-    const struct vk_buffer *cs = rope_table(be, n, rope->n_rot, rope->pos,
-                                            rope->base);
-    if (!cs)
+    const struct rope_table *rt = rope_table(be, n, rope->n_rot, pos0,
+                                             rope->pos, rope->base);
+    if (!rt)
         return;
-    const struct kv_stage st = stage_of(be, kv, il, pos0);
+    const struct vk_buffer *cs = &rt->buf;
+    const struct kv_stage st = stage_of(be, kv, il, n);
     /* enum kv_type is f32, f16, q8_0: the shader's 0, 1, 2. */
     struct vk_push_rope_kv_store pc = {
         .n_rows = (uint32_t)n, .n_head = (uint32_t)n_head,
@@ -1075,7 +1124,8 @@ static void vkb_rope_kv_store(struct backend *base, struct kv_cache *kv,
         .n_rot = (uint32_t)rope->n_rot, .style = rope->style == ROPE_NEOX,
         .type = (uint32_t)kv->type, .block = (uint32_t)kv->block,
         .row_bytes = (uint32_t)kv->row_bytes,
-        .dst_word0 = st.row0 * (uint32_t)(kv->row_bytes / 4),
+        .in_place = st.in_place, .pos_at = rt->pos_at, .policy = st.policy,
+        .capacity = st.capacity, .n_sink = st.n_sink,
         .eps = rope->norm_eps,
     };
     if (fold_norms) {
@@ -1108,7 +1158,7 @@ static void vkb_kv_commit(struct backend *base, struct kv_cache *kv)
     int n_runs = kv_commit_plan(kv, runs, KV_MAX_RUNS);
     const size_t rb = kv->row_bytes;
     const int il = kv->stage_layer;
-    if (n_runs > 0 && kv_in_place(kv, il))
+    if (n_runs > 0 && kv_in_place(kv, il, kv->stage_n))
         n_runs = 0;   /* written where they belong (stage_of) */
     for (int i = 0; i < n_runs; i++) {
         VkDeviceSize src = (VkDeviceSize)runs[i].stage_row * rb;
@@ -1133,20 +1183,23 @@ static void vkb_attention(struct backend *base, struct be_tensor *out,
 {
     struct vk_backend *be = vkb(base);
     const struct kv_layer *L = &kv->layers[il];
-    const struct kv_stage st = stage_of(be, kv, il, pos0);
+    const struct kv_stage st = stage_of(be, kv, il, n);
+    const struct rope_table *rt = pass_positions(be, n, pos0);
+    if (!rt)
+        return;
     /* enum kv_policy is full, ring, sink+window: the shader's 0, 1, 2. */
     struct vk_push_attention pc = {
-        .n_rows = (uint32_t)n, .pos0 = (uint32_t)pos0,
+        .n_rows = (uint32_t)n, .pos_at = rt->pos_at,
         .n_head = (uint32_t)n_head, .n_head_kv = (uint32_t)n_head_kv,
         .head_dim = (uint32_t)head_dim, .type = (uint32_t)kv->type,
         .block = (uint32_t)kv->block, .row_bytes = (uint32_t)kv->row_bytes,
         .policy = (uint32_t)L->policy, .capacity = (uint32_t)L->capacity,
         .n_sink = (uint32_t)L->n_sink, .layer_window = (uint32_t)L->window,
         .model_window = (uint32_t)window, .scale = scale,
-        .stage_row0 = st.row0,
+        .stage_in_place = st.in_place,
     };
     const struct vk_buffer *bufs[] = {buf(q), &be->kv_k[il], &be->kv_v[il],
-                                      st.k, st.v, buf(out)};
+                                      st.k, st.v, buf(out), &rt->buf};
     dispatch(be, &be->attention, bufs, &pc, (uint32_t)n_head, (uint32_t)n, 1);
 }
 

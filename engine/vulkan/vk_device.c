@@ -15,6 +15,7 @@
 #include <time.h>
 
 #include "error.h"
+#include "vk_replay.h"
 #include "vk_shaders.h"
 
 /* Buffers under VK_OWN_ALLOCATION_BYTES share blocks of VK_BLOCK_BYTES:
@@ -50,9 +51,9 @@
 #define VK_FIRST_CHUNK_COMMANDS 8
 #define VK_CHUNK_GROWTH 3
 #define VK_MAX_CHUNKS 6
-/* maxPushDescriptors is at least 32 on every device with the extension. */
-#define VK_MAX_BINDINGS 32
-#define VK_MAX_PUSH_BYTES 128
+/* Recordings kept to be submitted again (vk_replay.h): a decode step,
+ * and the verify blocks of each size a speculative loop asks for. */
+#define VK_KEPT_RECORDINGS 24
 
 #define MIB(bytes) ((double)(bytes) / 1048576.0)
 
@@ -162,6 +163,18 @@ struct vk_device {
     VkCommandBuffer xfer;   /* vk_upload / vk_download, one chunk each */
     VkFence fence;          /* unsignaled between submissions */
 
+    /* Recordings kept to submit again (vk_replay.h; see "replays"
+     * below); NULL when off: KAKEYA_VK_REPLAY=0, or timestamps profiled
+     * (a kept recording has no stamps of its own). */
+    struct vk_replays *replays;
+    /* The commands of the recording under way, in order (with replays). */
+    struct vk_command *log;
+    int n_log, cap_log;
+    /* Nothing of the recording under way is recorded into chunks yet: it
+     * may still be a kept one (vk_replays_match). */
+    bool is_matching;
+    long n_replayed;        /* recordings submitted from a kept one */
+
     bool is_recording;
     bool is_lost;           /* a wait timed out or the device was lost */
     char record_error[384]; /* the first mistake recorded since vk_begin */
@@ -171,6 +184,9 @@ struct vk_device {
     int n_blocks;
     VkDeviceSize heap_held[VK_MAX_MEMORY_HEAPS];   /* bytes we allocated */
 };
+
+static void replays_forget(struct vk_device *d);
+static bool replays_wanted(const struct vk_device *d);
 
 /* ---- small helpers ---- */
 
@@ -855,6 +871,9 @@ static int device_create(struct vk_device *d, struct kk_error *err)
                          has_statistics);
         free(families);
     }
+    /* Without it every pass is recorded (out of memory for it, too). */
+    if (replays_wanted(d))
+        d->replays = vk_replays_new(VK_KEPT_RECORDINGS);
     VkFenceCreateInfo fence = {.sType = VK_STRUCTURE_TYPE_FENCE_CREATE_INFO};
     r = d->fn.vkCreateFence(d->device, &fence, NULL, &d->fence);
     if (r != VK_SUCCESS) {
@@ -1027,6 +1046,7 @@ static void profile_stamp(struct vk_device *d, const char *what,
     p->what[p->n++] = what;
 }
 
+/* A recording begins: the host's clock. */
 static void profile_begin(struct vk_device *d)
 {
     struct vk_profile *p = d->profile;
@@ -1034,7 +1054,13 @@ static void profile_begin(struct vk_device *d)
         return;
     clock_gettime(CLOCK_MONOTONIC, &p->begun);
     p->current = (struct vk_record_split){0, 0, 0};
-    if (p->is_host_only)
+}
+
+/* Its first chunk begins: the GPU's clock. */
+static void profile_begin_stamps(struct vk_device *d)
+{
+    struct vk_profile *p = d->profile;
+    if (!p || p->is_host_only)
         return;
     d->fn.vkCmdResetQueryPool(d->cmd, p->pool, 0, VK_PROFILE_STAMPS);
     p->n = 0;
@@ -1335,6 +1361,9 @@ static void profile_close(struct vk_device *d)
                 t->chunk_ms / p->passes,
                 (p->record_ms - t->dispatch_ms - t->copy_ms - t->chunk_ms) /
                     p->passes);
+        if (d->replays)
+            fprintf(stderr, "  %ld of the recordings submitted from a kept "
+                    "one (replays)\n", d->n_replayed);
         for (int i = 0; i < p->n_rows; i++)
             fprintf(stderr, "  %-34s %8ld x %9.2f us = %8.3f ms/recording\n",
                     p->rows[i].name, p->rows[i].count,
@@ -1371,6 +1400,7 @@ void vk_device_close(struct vk_device *d)
                 d->fn.vkFreeMemory(d->device, d->blocks[i].mem, NULL);
         if (d->fence)
             d->fn.vkDestroyFence(d->device, d->fence, NULL);
+        replays_forget(d);
         if (d->pool)   /* frees its command buffers */
             d->fn.vkDestroyCommandPool(d->device, d->pool, NULL);
         d->fn.vkDestroyDevice(d->device, NULL);
@@ -1381,6 +1411,8 @@ void vk_device_close(struct vk_device *d)
     }
     if (d->lib)
         dlclose(d->lib);
+    vk_replays_free(d->replays);
+    free(d->log);
     free(d->blocks);
     free(d);
 }
@@ -1642,6 +1674,7 @@ void vk_buffer_free(struct vk_device *d, struct vk_buffer *b)
 {
     if (!d || !b || !b->buf)
         return;
+    replays_forget(d);
     d->fn.vkDestroyBuffer(d->device, b->buf, NULL);
     struct vk_block *block = NULL;
     if (b->block >= 0 && b->block < d->n_blocks &&
@@ -1963,6 +1996,7 @@ void vk_pipeline_free(struct vk_device *d, struct vk_pipeline *p)
 {
     if (!d || !p)
         return;
+    replays_forget(d);
     if (p->pipe)
         d->fn.vkDestroyPipeline(d->device, p->pipe, NULL);
     if (p->layout)
@@ -2010,6 +2044,16 @@ static void profile_add(const struct timespec *t0, double *ms)
     *ms += ms_between(t0, &t);
 }
 
+/* *ms += the time since *t0 less what went to switching chunks since
+ * then, chunk_ms0 being the profile's chunk_ms at *t0 (profiling only). */
+static void profile_add_command(struct vk_profile *p,
+                                const struct timespec *t0, double chunk_ms0,
+                                double *ms)
+{
+    profile_add(t0, ms);
+    *ms -= p->current.chunk_ms - chunk_ms0;
+}
+
 /* ---- chunks: a recording goes to the GPU in pieces as it is recorded ---- */
 
 /* Begins chunks[n_submitted] as the command buffer being recorded.
@@ -2045,7 +2089,7 @@ static VkResult chunk_begin(struct vk_device *d)
                             ? VK_FIRST_CHUNK_COMMANDS
                             : d->chunk_capacity * VK_CHUNK_GROWTH;
     if (d->n_submitted == 0)
-        profile_begin(d);
+        profile_begin_stamps(d);
     barrier(d, d->cmd, STAGES_WORK, WRITES_WORK, STAGES_WORK, ACCESS_WORK);
     /* GPU time from the previous chunk's last command to here: the GPU
      * waiting for this chunk when the host records slower than it runs. */
@@ -2136,6 +2180,199 @@ static int recording_abandon(struct vk_device *d, struct kk_error *err)
     return rc;
 }
 
+/* ---- commands: checked, then recorded into a chunk or matched ---- */
+
+/* Records c into d->cmd: the command, then (but after a copy for the next
+ * pass) a full barrier. */
+static void command_record(struct vk_device *d, const struct vk_command *c)
+{
+    if (c->kind != VK_COMMAND_DISPATCH) {
+        VkBufferCopy region = {.srcOffset = c->src_offset,
+                               .dstOffset = c->dst_offset, .size = c->bytes};
+        d->fn.vkCmdCopyBuffer(d->cmd, c->bufs[0], c->bufs[1], 1, &region);
+        profile_stamp(d, "copy", 0);
+        if (c->kind == VK_COMMAND_COPY)
+            barrier(d, d->cmd, STAGES_WORK, WRITES_WORK, STAGES_WORK,
+                    ACCESS_WORK);
+        return;
+    }
+    const struct vk_pipeline *p = c->pipeline;
+    VkDescriptorBufferInfo infos[VK_MAX_BINDINGS];
+    VkWriteDescriptorSet writes[VK_PIPELINE_MAX_BINDINGS];
+    for (uint32_t i = 0; i < c->n_buffers; i++)
+        infos[i] = (VkDescriptorBufferInfo){
+            .buffer = c->bufs[i], .offset = 0, .range = VK_WHOLE_SIZE};
+    for (int i = 0, first = 0; i < p->n_bindings; first += p->count[i++])
+        writes[i] = (VkWriteDescriptorSet){
+            .sType = VK_STRUCTURE_TYPE_WRITE_DESCRIPTOR_SET,
+            .dstBinding = (uint32_t)i,
+            .descriptorCount = p->count[i],
+            .descriptorType = VK_DESCRIPTOR_TYPE_STORAGE_BUFFER,
+            .pBufferInfo = &infos[first],
+        };
+    profile_dispatched(d, p);
+    struct timespec t0 = {0, 0};
+    if (d->profile && !d->profile->is_host_only)
+        clock_gettime(CLOCK_MONOTONIC, &t0);
+    d->fn.vkCmdBindPipeline(d->cmd, VK_PIPELINE_BIND_POINT_COMPUTE, c->pipe);
+    profile_call(d, CALL_BIND, &t0);
+    d->fn.vkCmdPushDescriptorSetKHR(d->cmd, VK_PIPELINE_BIND_POINT_COMPUTE,
+                                    p->layout, 0, (uint32_t)p->n_bindings,
+                                    writes);
+    profile_call(d, CALL_DESCRIPTORS, &t0);
+    if (c->push_bytes)
+        d->fn.vkCmdPushConstants(d->cmd, p->layout,
+                                 VK_SHADER_STAGE_COMPUTE_BIT, 0,
+                                 c->push_bytes, c->push);
+    profile_call(d, CALL_PUSH, &t0);
+    d->fn.vkCmdDispatch(d->cmd, c->groups[0], c->groups[1], c->groups[2]);
+    profile_call(d, CALL_DISPATCH, &t0);
+    barrier(d, d->cmd, STAGES_WORK, WRITES_WORK, STAGES_WORK, ACCESS_WORK);
+    profile_call(d, CALL_BARRIER, &t0);
+    profile_stamp(d, p->name[0] ? p->name : "dispatch",
+                  c->groups[0] * c->groups[2]);
+}
+
+/* Stops matching: the commands so far go into chunks, as if they had
+ * been recorded as they came, and so does every later one. */
+static void matching_end(struct vk_device *d)
+{
+    d->is_matching = false;
+    VkResult r = chunk_begin(d);
+    if (r != VK_SUCCESS) {
+        record_fail(d, "vkBeginCommandBuffer failed (%s)", vk_result_name(r));
+        return;
+    }
+    for (int i = 0; i < d->n_log && !d->record_error[0]; i++) {
+        command_record(d, &d->log[i]);
+        chunk_after_command(d);
+    }
+}
+
+/* Appends c to the recording's log; false when out of memory. */
+static bool log_append(struct vk_device *d, const struct vk_command *c)
+{
+    if (d->n_log == d->cap_log) {
+        int cap = d->cap_log ? 2 * d->cap_log : 256;
+        struct vk_command *log = realloc(d->log, (size_t)cap * sizeof *log);
+        if (!log) {
+            record_fail(d, "out of memory for the commands of a pass");
+            return false;
+        }
+        d->log = log;
+        d->cap_log = cap;
+    }
+    d->log[d->n_log++] = *c;
+    return true;
+}
+
+/* A checked command of the recording: matched against the kept
+ * recordings while they all still could be it, else recorded. */
+static void command_add(struct vk_device *d, const struct vk_command *c)
+{
+    if (d->replays && !log_append(d, c))
+        return;
+    if (d->is_matching) {
+        if (!vk_replays_match(d->replays, d->n_log - 1, c))
+            matching_end(d);
+        return;
+    }
+    command_record(d, c);
+    chunk_after_command(d);
+}
+
+/* ---- replays: a recording made twice is kept and submitted again ---- */
+
+/* Replays are on unless KAKEYA_VK_REPLAY=0 (to measure without them), or
+ * the profile times dispatches on the GPU: a kept recording would need its
+ * stamps' names kept with it, and the profile asks where a recording's
+ * time goes, chunks included. */
+static bool replays_wanted(const struct vk_device *d)
+{
+    const char *env = getenv("KAKEYA_VK_REPLAY");
+    if (env && !strcmp(env, "0"))
+        return false;
+    return !d->profile || d->profile->is_host_only;
+}
+
+/* Forgets every kept recording and frees their command buffers: called
+ * before a buffer or pipeline they may use is destroyed. Never while they
+ * run: a recording is waited for before the next begins, and buffers are
+ * not freed inside one (vk_device.h). */
+static void replays_forget(struct vk_device *d)
+{
+    if (!d->replays || vk_replays_count(d->replays) == 0)
+        return;
+    VkCommandBuffer cmds[VK_KEPT_RECORDINGS];
+    int n = vk_replays_clear(d->replays, cmds);
+    d->fn.vkFreeCommandBuffers(d->device, d->pool, (uint32_t)n, cmds);
+}
+
+/* After a recording submitted in chunks completed: when it came before
+ * too, records its commands once more into a command buffer of its own
+ * and keeps it. Keeping is only a saving, so a failure just skips it. */
+static void replays_keep(struct vk_device *d)
+{
+    if (!d->replays || d->n_log == 0 ||
+        !vk_replays_worth_keeping(d->replays, d->log, d->n_log))
+        return;
+    VkCommandBufferAllocateInfo alloc = {
+        .sType = VK_STRUCTURE_TYPE_COMMAND_BUFFER_ALLOCATE_INFO,
+        .commandPool = d->pool,
+        .level = VK_COMMAND_BUFFER_LEVEL_PRIMARY,
+        .commandBufferCount = 1,
+    };
+    VkCommandBuffer cmd;
+    if (d->fn.vkAllocateCommandBuffers(d->device, &alloc, &cmd) != VK_SUCCESS)
+        return;
+    VkCommandBufferBeginInfo bi = {
+        .sType = VK_STRUCTURE_TYPE_COMMAND_BUFFER_BEGIN_INFO};
+    if (d->fn.vkBeginCommandBuffer(cmd, &bi) != VK_SUCCESS) {
+        d->fn.vkFreeCommandBuffers(d->device, d->pool, 1, &cmd);
+        return;
+    }
+    /* The same barriers as the chunks had, less those opening chunks
+     * after the first: one command buffer has no boundaries to cross. */
+    VkCommandBuffer chunk = d->cmd;
+    d->cmd = cmd;
+    barrier(d, cmd, STAGES_WORK, WRITES_WORK, STAGES_WORK, ACCESS_WORK);
+    for (int i = 0; i < d->n_log; i++)
+        command_record(d, &d->log[i]);
+    barrier(d, cmd, STAGES_WORK, WRITES_WORK, VK_PIPELINE_STAGE_HOST_BIT,
+            VK_ACCESS_HOST_READ_BIT);
+    d->cmd = chunk;
+    VkCommandBuffer evicted = VK_NULL_HANDLE;
+    if (d->fn.vkEndCommandBuffer(cmd) != VK_SUCCESS)
+        evicted = cmd;
+    else
+        vk_replays_add(d->replays, d->log, d->n_log, cmd, &evicted);
+    if (evicted)
+        d->fn.vkFreeCommandBuffers(d->device, d->pool, 1, &evicted);
+}
+
+/* Submits the kept recording cmd, which has exactly the commands just
+ * matched, and waits for it. */
+static int replay_submit_wait(struct vk_device *d, VkCommandBuffer cmd,
+                              struct kk_error *err)
+{
+    if (d->profile)
+        clock_gettime(CLOCK_MONOTONIC, &d->profile->submitted);
+    if (queue_submit(d, cmd, d->fence, "the recorded work", err)) {
+        kk_error_prefix(err, d->props.deviceName);
+        return -1;
+    }
+    if (fence_wait(d, "the recorded work", err))
+        return -1;
+    d->n_replayed++;
+    profile_end(d);
+    return 0;
+}
+
+long vk_device_replayed(const struct vk_device *d)
+{
+    return d->n_replayed;
+}
+
 /* ---- the recording calls ---- */
 
 int vk_begin(struct vk_device *d, struct kk_error *err)
@@ -2149,19 +2386,27 @@ int vk_begin(struct vk_device *d, struct kk_error *err)
                        "kakeya)");
     d->record_error[0] = 0;
     d->n_submitted = 0;
-    VkResult r = chunk_begin(d);
-    if (r != VK_SUCCESS)
-        return kk_fail(err, "%s: vkBeginCommandBuffer failed (%s)",
-                       d->props.deviceName, vk_result_name(r));
+    d->n_log = 0;
+    profile_begin(d);
+    d->is_matching = vk_replays_count(d->replays) > 0;
+    if (d->is_matching) {
+        vk_replays_match_begin(d->replays);
+    } else {
+        VkResult r = chunk_begin(d);
+        if (r != VK_SUCCESS)
+            return kk_fail(err, "%s: vkBeginCommandBuffer failed (%s)",
+                           d->props.deviceName, vk_result_name(r));
+    }
     d->is_recording = true;
     return 0;
 }
 
-/* Records the dispatch; false when it was refused. */
-static bool record_dispatch(struct vk_device *d, const struct vk_pipeline *p,
-                            const struct vk_buffer *const *bufs,
-                            const void *push, uint32_t groups_x,
-                            uint32_t groups_y, uint32_t groups_z)
+/* Checks a dispatch and describes it in *c; false when it was refused. */
+static bool dispatch_command(struct vk_device *d, const struct vk_pipeline *p,
+                             const struct vk_buffer *const *bufs,
+                             const void *push, uint32_t groups_x,
+                             uint32_t groups_y, uint32_t groups_z,
+                             struct vk_command *c)
 {
     if (!can_record(d, "vk_dispatch"))
         return false;
@@ -2181,8 +2426,7 @@ static bool record_dispatch(struct vk_device *d, const struct vk_pipeline *p,
                     groups_x, groups_y, groups_z, max[0], max[1], max[2]);
         return false;
     }
-    VkDescriptorBufferInfo infos[VK_MAX_BINDINGS];
-    VkWriteDescriptorSet writes[VK_PIPELINE_MAX_BINDINGS];
+    vk_command_clear(c);
     for (int i = 0; i < p->n_buffers; i++) {
         const struct vk_buffer *b = bufs ? bufs[i] : NULL;
         if (!b || !b->buf) {
@@ -2199,37 +2443,18 @@ static bool record_dispatch(struct vk_device *d, const struct vk_pipeline *p,
                         MIB(d->props.limits.maxStorageBufferRange));
             return false;
         }
-        infos[i] = (VkDescriptorBufferInfo){
-            .buffer = b->buf, .offset = 0, .range = VK_WHOLE_SIZE};
+        c->bufs[i] = b->buf;
     }
-    for (int i = 0, first = 0; i < p->n_bindings; first += p->count[i++])
-        writes[i] = (VkWriteDescriptorSet){
-            .sType = VK_STRUCTURE_TYPE_WRITE_DESCRIPTOR_SET,
-            .dstBinding = (uint32_t)i,
-            .descriptorCount = p->count[i],
-            .descriptorType = VK_DESCRIPTOR_TYPE_STORAGE_BUFFER,
-            .pBufferInfo = &infos[first],
-        };
-    profile_dispatched(d, p);
-    struct timespec t0 = {0, 0};
-    if (d->profile && !d->profile->is_host_only)
-        clock_gettime(CLOCK_MONOTONIC, &t0);
-    d->fn.vkCmdBindPipeline(d->cmd, VK_PIPELINE_BIND_POINT_COMPUTE, p->pipe);
-    profile_call(d, CALL_BIND, &t0);
-    d->fn.vkCmdPushDescriptorSetKHR(d->cmd, VK_PIPELINE_BIND_POINT_COMPUTE,
-                                    p->layout, 0, (uint32_t)p->n_bindings,
-                                    writes);
-    profile_call(d, CALL_DESCRIPTORS, &t0);
+    c->kind = VK_COMMAND_DISPATCH;
+    c->groups[0] = groups_x;
+    c->groups[1] = groups_y;
+    c->groups[2] = groups_z;
+    c->n_buffers = (uint32_t)p->n_buffers;
+    c->push_bytes = p->push_bytes;
+    c->pipe = p->pipe;
+    c->pipeline = p;
     if (p->push_bytes)
-        d->fn.vkCmdPushConstants(d->cmd, p->layout,
-                                 VK_SHADER_STAGE_COMPUTE_BIT, 0,
-                                 p->push_bytes, push);
-    profile_call(d, CALL_PUSH, &t0);
-    d->fn.vkCmdDispatch(d->cmd, groups_x, groups_y, groups_z);
-    profile_call(d, CALL_DISPATCH, &t0);
-    barrier(d, d->cmd, STAGES_WORK, WRITES_WORK, STAGES_WORK, ACCESS_WORK);
-    profile_call(d, CALL_BARRIER, &t0);
-    profile_stamp(d, p->name[0] ? p->name : "dispatch", groups_x * groups_z);
+        memcpy(c->push, push, p->push_bytes);
     return true;
 }
 
@@ -2238,20 +2463,23 @@ void vk_dispatch(struct vk_device *d, const struct vk_pipeline *p,
                  uint32_t groups_x, uint32_t groups_y, uint32_t groups_z)
 {
     struct timespec t0;
+    const double chunk_ms0 = d->profile ? d->profile->current.chunk_ms : 0;
     if (d->profile)
         clock_gettime(CLOCK_MONOTONIC, &t0);
-    bool is_recorded = record_dispatch(d, p, bufs, push, groups_x, groups_y,
-                                       groups_z);
+    struct vk_command c;
+    if (dispatch_command(d, p, bufs, push, groups_x, groups_y, groups_z, &c))
+        command_add(d, &c);
     if (d->profile)
-        profile_add(&t0, &d->profile->current.dispatch_ms);
-    if (is_recorded)
-        chunk_after_command(d);
+        profile_add_command(d->profile, &t0, chunk_ms0,
+                            &d->profile->current.dispatch_ms);
 }
 
-/* Records the copy; false when it was refused (or empty). */
+/* Checks a copy and describes it in *c; false when it was refused (or
+ * empty). */
 static bool copy_command(struct vk_device *d, const struct vk_buffer *src,
-                        VkDeviceSize src_offset, const struct vk_buffer *dst,
-                        VkDeviceSize dst_offset, VkDeviceSize bytes)
+                         VkDeviceSize src_offset, const struct vk_buffer *dst,
+                         VkDeviceSize dst_offset, VkDeviceSize bytes,
+                         enum vk_command_kind kind, struct vk_command *c)
 {
     if (!can_record(d, "vk_copy"))
         return false;
@@ -2278,35 +2506,38 @@ static bool copy_command(struct vk_device *d, const struct vk_buffer *src,
                     "buffer (a bug in kakeya)");
         return false;
     }
-    VkBufferCopy region = {.srcOffset = src_offset, .dstOffset = dst_offset,
-                           .size = bytes};
-    d->fn.vkCmdCopyBuffer(d->cmd, src->buf, dst->buf, 1, &region);
-    profile_stamp(d, "copy", 0);
+    vk_command_clear(c);
+    c->kind = kind;
+    c->bufs[0] = src->buf;
+    c->bufs[1] = dst->buf;
+    c->src_offset = src_offset;
+    c->dst_offset = dst_offset;
+    c->bytes = bytes;
     return true;
 }
 
-static bool record_copy(struct vk_device *d, const struct vk_buffer *src,
-                        VkDeviceSize src_offset, const struct vk_buffer *dst,
-                        VkDeviceSize dst_offset, VkDeviceSize bytes)
+static void copy_add(struct vk_device *d, const struct vk_buffer *src,
+                     VkDeviceSize src_offset, const struct vk_buffer *dst,
+                     VkDeviceSize dst_offset, VkDeviceSize bytes,
+                     enum vk_command_kind kind)
 {
     struct timespec t0;
+    const double chunk_ms0 = d->profile ? d->profile->current.chunk_ms : 0;
     if (d->profile)
         clock_gettime(CLOCK_MONOTONIC, &t0);
-    bool ok = copy_command(d, src, src_offset, dst, dst_offset, bytes);
+    struct vk_command c;
+    if (copy_command(d, src, src_offset, dst, dst_offset, bytes, kind, &c))
+        command_add(d, &c);
     if (d->profile)
-        profile_add(&t0, &d->profile->current.copy_ms);
-    return ok;
+        profile_add_command(d->profile, &t0, chunk_ms0,
+                            &d->profile->current.copy_ms);
 }
 
 void vk_copy(struct vk_device *d, const struct vk_buffer *src,
              VkDeviceSize src_offset, const struct vk_buffer *dst,
              VkDeviceSize dst_offset, VkDeviceSize bytes)
 {
-    if (record_copy(d, src, src_offset, dst, dst_offset, bytes)) {
-        barrier(d, d->cmd, STAGES_WORK, WRITES_WORK, STAGES_WORK,
-                ACCESS_WORK);
-        chunk_after_command(d);
-    }
+    copy_add(d, src, src_offset, dst, dst_offset, bytes, VK_COMMAND_COPY);
 }
 
 void vk_copy_for_next_pass(struct vk_device *d, const struct vk_buffer *src,
@@ -2314,8 +2545,9 @@ void vk_copy_for_next_pass(struct vk_device *d, const struct vk_buffer *src,
                            const struct vk_buffer *dst,
                            VkDeviceSize dst_offset, VkDeviceSize bytes)
 {
-    if (record_copy(d, src, src_offset, dst, dst_offset, bytes))
-        chunk_after_command(d);   /* the next chunk opens with a barrier */
+    /* no barrier after it: the next chunk or recording opens with one */
+    copy_add(d, src, src_offset, dst, dst_offset, bytes,
+             VK_COMMAND_COPY_FOR_NEXT_PASS);
 }
 
 int vk_submit_wait(struct vk_device *d, struct kk_error *err)
@@ -2329,6 +2561,13 @@ int vk_submit_wait(struct vk_device *d, struct kk_error *err)
         return rc;
     }
     d->is_recording = false;
+    if (d->is_matching && !d->record_error[0]) {
+        VkCommandBuffer kept = vk_replays_find(d->replays, d->n_log);
+        if (kept)
+            return replay_submit_wait(d, kept, err);
+        matching_end(d);
+    }
+    d->is_matching = false;
     if (!d->record_error[0]) {
         /* Makes the results visible to host reads of mapped buffers. */
         barrier(d, d->cmd, STAGES_WORK, WRITES_WORK,
@@ -2343,5 +2582,6 @@ int vk_submit_wait(struct vk_device *d, struct kk_error *err)
     if (fence_wait(d, "the recorded work", err))
         return -1;
     profile_end(d);
+    replays_keep(d);
     return 0;
 }

@@ -31,10 +31,24 @@
  * unchanged, and the buffers it uses must not be freed, until
  * vk_submit_wait returns. One thread owns a device.
  *
+ * Replays: a recording whose commands (pipelines, buffers, push constants,
+ * workgroups, copies) are exactly those of one that came twice before is
+ * not recorded again: the device kept a command buffer of it, and
+ * vk_submit_wait submits that one in one go (vk_replay.h). While a
+ * recording may still be a kept one, its commands are only compared, not
+ * submitted; the first that differs sends all of them the ordinary way.
+ * So a kept recording runs only once the host has written all the mapped
+ * memory it reads, as the contract above already asks; what a pass varies
+ * from step to step must come from buffers, not push constants, for it to
+ * be replayed. Destroying any buffer or pipeline forgets every kept
+ * recording. KAKEYA_VK_REPLAY=0 turns replays off, and so does
+ * KAKEYA_VK_PROFILE=1 (see below).
+ *
  * KAKEYA_VK_PROFILE=1 times every dispatch and copy on the GPU (timestamp
  * queries; a row "(between chunks)" is the GPU's time from one chunk's end
  * to the next one's start, mostly waiting for the host to submit it) and
- * the host's recording and waiting, and prints a table per pipeline name
+ * the host's recording and waiting (replays off, so the profile sees the
+ * chunks), and prints a table per pipeline name
  * to stderr when the device is closed. KAKEYA_VK_PROFILE=host times only
  * the host's recording (split into vk_dispatch, copies, switching chunks
  * and the caller's own work) and waiting, adding nothing to the GPU's
@@ -218,5 +232,7 @@ void vk_copy_for_next_pass(struct vk_device *d, const struct vk_buffer *src,
  * the recording writes is then undefined), and this waits for them before
  * it returns, so buffers may be freed afterwards as usual. */
 int vk_submit_wait(struct vk_device *d, struct kk_error *err);
+/* How many recordings were submitted from a kept one so far. */
+long vk_device_replayed(const struct vk_device *d);
 
 #endif

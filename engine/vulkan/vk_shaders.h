@@ -238,26 +238,33 @@ struct vk_push_gated_act {
  * `block` int8 q = roundEven(x * (1 / (amax / 127))) (0 when amax is 0) —
  * kv.c's store_row, to the bit. Every output word is written by exactly
  * one invocation (bytes of one word may belong to two blocks or rows).
- * The rows go to DST from word dst_word0 on (a cache slot written in
- * place; 0 for the staging rows).
+ * The rows go to DST packed from word 0 (the staging rows), or, in_place,
+ * straight into the slots of positions pos0.. of a layer's rows under
+ * policy (0 full, 1 ring, 2 sink+window; capacity and n_sink as in kv.h),
+ * rows then of whole words (row_bytes a multiple of 4).
  * bindings: 0 SRC (float), 1 DST (uint).
  * grid: (ceil(ceil(n_rows * row_bytes / 4) / 64), 1, 1). */
 struct vk_push_kv_store {
-    uint32_t n_rows, kv_dim, type, block, row_bytes, dst_word0;
+    uint32_t n_rows, kv_dim, type, block, row_bytes;
+    uint32_t in_place, pos0, policy, capacity, n_sink;
 };
 
 /* rope_kv_store: rope of Q in place (n_rows rows of n_head heads), then
  * kv_store of K rotated the same way (rope's result, not written back to
  * K) and of V (n_rows rows of n_head_kv heads each) into the staging rows,
  * all as rope and kv_store would: kv_dim = n_head_kv * head_dim. The rows
- * go to the stage buffers from word dst_word0 on, as for kv_store.
+ * go where kv_store puts them (the cache bound as its own stage buffers
+ * when in_place), pos0 being word pos_at of CS: the batch's first position
+ * comes from a buffer, not a push constant, so that a decode step records
+ * the same commands at every position (vk_device.h, replays).
  * bindings: 0 Q (float), 1 K (float), 2 V (float), 3 CS (the angles, as
- * for rope), 4 K stage, 5 V stage (uint).
+ * for rope, and the word pos_at), 4 K stage, 5 V stage (uint).
  * grid: (max(ceil(n_rows * n_head * n_rot/2 / 64),
  *            ceil(ceil(n_rows * row_bytes / 4) / 64)), 3, 1). */
 struct vk_push_rope_kv_store {
     uint32_t n_rows, n_head, n_head_kv, head_dim, n_rot, style;
-    uint32_t type, block, row_bytes, dst_word0;
+    uint32_t type, block, row_bytes, in_place, pos_at;
+    uint32_t policy, capacity, n_sink;   /* in_place: the layer's slots */
     float eps;   /* rope_kv_store_norm's */
 };
 /* rope_kv_store_norm: rope_kv_store of Q and K whose every head was first
@@ -269,7 +276,8 @@ struct vk_push_rope_kv_store {
  * grid: (n_head + n_head_kv, n_rows, 1): a workgroup per head of a row, of
  * Q, then of K and V. */
 
-/* attention: for query row t (position p = pos0 + t) and head h:
+/* attention: for query row t (position p = pos0 + t, pos0 word pos_at of
+ * POS, as in rope_kv_store) and head h:
  *   out[t][h] = sum_k softmax_k(scale * q[t][h] . K[k][g]) V[k][g],
  *   g = h / (n_head / n_head_kv),
  * over the positions k the query sees (kv.h's kv_visible): w = layer_window
@@ -277,23 +285,24 @@ struct vk_push_rope_kv_store {
  * sink_end = policy 2 ? min(n_sink, p + 1) : 0;
  * lo = (w > 0 && p - w + 1 > sink_end) ? p - w + 1 : sink_end;
  * k in [0, sink_end) and [lo, p].
- * Row of position k: k >= pos0 is row stage_row0 + k - pos0 of the stage
- * buffers (this batch; a full cache bound as its own stage buffers has
- * them at stage_row0 = pos0); else slot s of the cache buffers, s = k
+ * Row of position k: k >= pos0 is row k - pos0 of the stage buffers (this
+ * batch), unless stage_in_place (the batch written straight into its
+ * slots); else slot s of the cache buffers, s = k
  * (policy 0, full), k % capacity (1, ring), k < n_sink ? k : n_sink +
  * (k - n_sink) % (capacity - n_sink) (2). Rows are row_bytes apart,
  * stored as kv_store writes them (type, block); head g's values start at
  * value g * head_dim.
  * bindings: 0 Q (float, n_rows x n_head x head_dim), 1 K cache, 2 V cache,
- *           3 K stage, 4 V stage (uint), 5 OUT (float, like Q).
+ *           3 K stage, 4 V stage (uint), 5 OUT (float, like Q), 6 POS
+ *           (uint).
  * grid: (n_head, n_rows, 1). attention_cpu is the same in smaller
  * workgroups (other sums' order, the same contract). */
 struct vk_push_attention {
-    uint32_t n_rows, pos0, n_head, n_head_kv, head_dim;
+    uint32_t n_rows, pos_at, n_head, n_head_kv, head_dim;
     uint32_t type, block, row_bytes;
     uint32_t policy, capacity, n_sink, layer_window, model_window;
     float scale;
-    uint32_t stage_row0;
+    uint32_t stage_in_place;
 };
 
 #endif
