@@ -51,6 +51,16 @@
 #define VK_FIRST_CHUNK_COMMANDS 8
 #define VK_CHUNK_GROWTH 3
 #define VK_MAX_CHUNKS 6
+/* How long a wait for the GPU polls its fence before it blocks. The
+ * NVIDIA driver's blocking wait gives the host back ~60-80 us after the
+ * work is done, a tenth of a decode step: on the H200 a step of the 1B
+ * shape took 1.11-1.16 ms polling against 1.20-1.27 blocking, the default
+ * model's 0.54-0.57 against 0.60-0.63 (tools/gpu-ab.sh, three rounds).
+ * Polling keeps a core busy while the GPU works; a pass longer than this
+ * (a long prompt) is long enough for the wake-up not to matter. Not on a
+ * CPU device (lavapipe), whose work runs on the cores the poll would
+ * take. */
+#define VK_POLL_MS 20.0
 /* Recordings kept to be submitted again (vk_replay.h): a decode step,
  * and the verify blocks of each size a speculative loop asks for. */
 #define VK_KEPT_RECORDINGS 24
@@ -96,6 +106,10 @@ struct vk_profile {
     } rows[VK_PROFILE_ROWS];
     int n_rows;
     double record_ms, wait_ms;
+    /* Of those, the recordings submitted from a kept one (replays): the
+     * host's time from vk_begin to the submission, and how many. */
+    double replay_record_ms;
+    long replays;
     /* Of record_ms: inside vk_dispatch, inside the copies and switching
      * chunks (ending and submitting a full one, resetting and beginning
      * the next; the rest is the caller's own work between them); in
@@ -1087,8 +1101,9 @@ static void profile_charge(struct vk_profile *p, const char *what,
     p->rows[i].count++;
 }
 
-/* After a recording completed: its stamps, charged to their names. */
-static void profile_end(struct vk_device *d)
+/* After a recording completed: its stamps, charged to their names;
+ * is_replay: it was submitted from a kept one. */
+static void profile_end(struct vk_device *d, bool is_replay)
 {
     struct vk_profile *p = d->profile;
     if (!p || (!p->is_host_only && p->n < 2))
@@ -1096,6 +1111,10 @@ static void profile_end(struct vk_device *d)
     struct timespec done;
     clock_gettime(CLOCK_MONOTONIC, &done);
     p->record_ms += ms_between(&p->begun, &p->submitted);
+    if (is_replay) {
+        p->replay_record_ms += ms_between(&p->begun, &p->submitted);
+        p->replays++;
+    }
     p->wait_ms += ms_between(&p->submitted, &done);
     p->total.dispatch_ms += p->current.dispatch_ms;
     p->total.copy_ms += p->current.copy_ms;
@@ -1363,7 +1382,9 @@ static void profile_close(struct vk_device *d)
                     p->passes);
         if (d->replays)
             fprintf(stderr, "  %ld of the recordings submitted from a kept "
-                    "one (replays)\n", d->n_replayed);
+                    "one (replays), each after %.3f ms of the host's\n",
+                    p->replays, p->replays ? p->replay_record_ms / p->replays
+                                           : 0.0);
         for (int i = 0; i < p->n_rows; i++)
             fprintf(stderr, "  %-34s %8ld x %9.2f us = %8.3f ms/recording\n",
                     p->rows[i].name, p->rows[i].count,
@@ -1742,10 +1763,27 @@ static int queue_submit(struct vk_device *d, VkCommandBuffer cmd,
                          "restart kakeya, or use --backend cpu" : "");
 }
 
-/* Waits for d->fence (VK_WAIT_NS at most) and resets it. */
+/* Polls d->fence until it is signalled or VK_POLL_MS have passed (the
+ * blocking wait after it then returns at once, or waits for a long
+ * pass). */
+static void fence_poll(struct vk_device *d)
+{
+    struct timespec t0, t;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    do {
+        if (d->fn.vkGetFenceStatus(d->device, d->fence) != VK_NOT_READY)
+            return;
+        clock_gettime(CLOCK_MONOTONIC, &t);
+    } while (ms_between(&t0, &t) < VK_POLL_MS);
+}
+
+/* Waits for d->fence (VK_WAIT_NS at most) and resets it: on a GPU it polls
+ * first (fence_poll). */
 static int fence_wait(struct vk_device *d, const char *what,
                       struct kk_error *err)
 {
+    if (!vk_device_is_cpu(d))
+        fence_poll(d);
     VkResult r = d->fn.vkWaitForFences(d->device, 1, &d->fence, VK_TRUE,
                                        VK_WAIT_NS);
     if (r == VK_TIMEOUT) {
@@ -2364,7 +2402,7 @@ static int replay_submit_wait(struct vk_device *d, VkCommandBuffer cmd,
     if (fence_wait(d, "the recorded work", err))
         return -1;
     d->n_replayed++;
-    profile_end(d);
+    profile_end(d, true);
     return 0;
 }
 
@@ -2581,7 +2619,7 @@ int vk_submit_wait(struct vk_device *d, struct kk_error *err)
         return recording_abandon(d, err);
     if (fence_wait(d, "the recorded work", err))
         return -1;
-    profile_end(d);
+    profile_end(d, false);
     replays_keep(d);
     return 0;
 }

@@ -29,7 +29,9 @@
  * may run as soon as it is recorded: host data it reads (mapped UPLOAD
  * memory) must be in place before the call that records it and stay
  * unchanged, and the buffers it uses must not be freed, until
- * vk_submit_wait returns. One thread owns a device.
+ * vk_submit_wait returns. One thread owns a device. On a GPU the waits
+ * poll before they block (the driver's blocking wait wakes the host late),
+ * so a thread waiting for a pass keeps its core busy for up to 20 ms.
  *
  * Replays: a recording whose commands (pipelines, buffers, push constants,
  * workgroups, copies) are exactly those of one that came twice before is
