@@ -765,117 +765,129 @@ static void test_without_profiling_closing_prints_nothing(void **state)
 
 /* ---- replays ---- */
 
-/* One pass of a recording that reads host data: `value` goes into the
- * mapped upload buffer, is copied to x, and y = x * scale + one. */
-static void upload_pass(struct chain *c, struct vk_buffer *upload,
-                        struct vk_buffer *x, float value, float scale)
+/* What the replay tests run: a chain, a mapped upload buffer and x, each
+ * CHAIN_N floats. */
+struct upload_chain {
+    struct chain c;
+    struct vk_buffer up, x;
+};
+
+static struct upload_chain upload_chain_open(void)
 {
-    float *host = upload->mapped;
+    struct upload_chain u = {.c = chain_open()};
+    u.up = new_buffer(u.c.d, CHAIN_N * sizeof(float), VK_MEM_UPLOAD);
+    u.x = chain_buffer(u.c.d, 0.0f);
+    return u;
+}
+
+static void upload_chain_close(struct upload_chain *u)
+{
+    vk_buffer_free(u->c.d, &u->up);
+    vk_buffer_free(u->c.d, &u->x);
+    chain_close(&u->c);
+}
+
+/* Every float of the mapped upload buffer is `value`. */
+static void upload_fill(struct upload_chain *u, float value)
+{
+    float *host = u->up.mapped;
     for (int i = 0; i < CHAIN_N; i++)
         host[i] = value;
+}
+
+/* Records, into the recording under way, the upload buffer copied to x
+ * and y = x * scale + one (pair[0]). */
+static void record_upload_pass(struct upload_chain *u, float scale)
+{
     struct push_axpb pc = {.n = CHAIN_N, .scale = scale};
-    const struct vk_buffer *bind[] = {x, &c->one, &c->pair[0]};
-    begin(c->d);
-    vk_copy(c->d, upload, 0, x, 0, CHAIN_N * sizeof(float));
-    vk_dispatch(c->d, &c->p, bind, &pc, (CHAIN_N + 63) / 64, 1, 1);
-    submit(c->d);
+    const struct vk_buffer *bind[] = {&u->x, &u->c.one, &u->c.pair[0]};
+    vk_copy(u->c.d, &u->up, 0, &u->x, 0, CHAIN_N * sizeof(float));
+    vk_dispatch(u->c.d, &u->c.p, bind, &pc, (CHAIN_N + 63) / 64, 1, 1);
+}
+
+/* One pass of a recording that reads host data: `value` goes into the
+ * mapped upload buffer, is copied to x, and y = x * scale + one. */
+static void upload_pass(struct upload_chain *u, float value, float scale)
+{
+    upload_fill(u, value);
+    begin(u->c.d);
+    record_upload_pass(u, scale);
+    submit(u->c.d);
 }
 
 static void test_a_recording_made_twice_is_replayed_with_the_host_data_of_each_pass(
     void **state)
 {
-    struct chain c = chain_open();
-    struct vk_buffer up = new_buffer(c.d, CHAIN_N * sizeof(float),
-                                     VK_MEM_UPLOAD);
-    struct vk_buffer x = chain_buffer(c.d, 0.0f);
+    struct upload_chain u = upload_chain_open();
     for (int pass = 0; pass < 5; pass++) {
-        upload_pass(&c, &up, &x, (float)pass, 3.0f);
-        assert_all_equal(c.d, &c.pair[0], CHAIN_N, 3.0f * (float)pass + 1);
+        upload_pass(&u, (float)pass, 3.0f);
+        assert_all_equal(u.c.d, &u.c.pair[0], CHAIN_N,
+                         3.0f * (float)pass + 1);
     }
     /* The first two passes are recorded (the second is kept), the rest
      * submitted from the kept command buffer. */
-    assert_int_equal(vk_device_replayed(c.d), 3);
-    vk_buffer_free(c.d, &up);
-    vk_buffer_free(c.d, &x);
-    chain_close(&c);
+    assert_int_equal(vk_device_replayed(u.c.d), 3);
+    upload_chain_close(&u);
 }
 
 static void test_a_recording_that_parts_from_a_kept_one_runs_as_recorded(
     void **state)
 {
-    struct chain c = chain_open();
-    struct vk_buffer up = new_buffer(c.d, CHAIN_N * sizeof(float),
-                                     VK_MEM_UPLOAD);
-    struct vk_buffer x = chain_buffer(c.d, 0.0f);
-    upload_pass(&c, &up, &x, 1.0f, 3.0f);
-    upload_pass(&c, &up, &x, 2.0f, 3.0f);
+    struct upload_chain u = upload_chain_open();
+    struct vk_device *d = u.c.d;
+    upload_pass(&u, 1.0f, 3.0f);
+    upload_pass(&u, 2.0f, 3.0f);
     /* Its last command's push constants differ. */
-    upload_pass(&c, &up, &x, 2.0f, 5.0f);
-    assert_all_equal(c.d, &c.pair[0], CHAIN_N, 11.0f);
+    upload_pass(&u, 2.0f, 5.0f);
+    assert_all_equal(d, &u.c.pair[0], CHAIN_N, 11.0f);
     /* Only its first command: a prefix of the kept one. */
-    float *host = up.mapped;
-    for (int i = 0; i < CHAIN_N; i++)
-        host[i] = 7.0f;
-    begin(c.d);
-    vk_copy(c.d, &up, 0, &x, 0, CHAIN_N * sizeof(float));
-    submit(c.d);
+    upload_fill(&u, 7.0f);
+    begin(d);
+    vk_copy(d, &u.up, 0, &u.x, 0, CHAIN_N * sizeof(float));
+    submit(d);
     float first;
-    download(c.d, &x, 0, &first, sizeof first);
+    download(d, &u.x, 0, &first, sizeof first);
     assert_true(first == 7.0f);
     /* One command more than the kept one. */
-    begin(c.d);
-    vk_copy(c.d, &up, 0, &x, 0, CHAIN_N * sizeof(float));
-    struct push_axpb pc = {.n = CHAIN_N, .scale = 3.0f};
-    const struct vk_buffer *bind[] = {&x, &c.one, &c.pair[0]};
-    vk_dispatch(c.d, &c.p, bind, &pc, (CHAIN_N + 63) / 64, 1, 1);
-    vk_copy(c.d, &c.pair[0], 0, &c.pair[1], 0, CHAIN_N * sizeof(float));
-    submit(c.d);
-    assert_all_equal(c.d, &c.pair[1], CHAIN_N, 3.0f * 7.0f + 1);
-    assert_int_equal(vk_device_replayed(c.d), 0);
+    begin(d);
+    record_upload_pass(&u, 3.0f);
+    vk_copy(d, &u.c.pair[0], 0, &u.c.pair[1], 0, CHAIN_N * sizeof(float));
+    submit(d);
+    assert_all_equal(d, &u.c.pair[1], CHAIN_N, 3.0f * 7.0f + 1);
+    assert_int_equal(vk_device_replayed(d), 0);
     /* The kept one still replays. */
-    upload_pass(&c, &up, &x, 4.0f, 3.0f);
-    assert_all_equal(c.d, &c.pair[0], CHAIN_N, 13.0f);
-    assert_int_equal(vk_device_replayed(c.d), 1);
-    vk_buffer_free(c.d, &up);
-    vk_buffer_free(c.d, &x);
-    chain_close(&c);
+    upload_pass(&u, 4.0f, 3.0f);
+    assert_all_equal(d, &u.c.pair[0], CHAIN_N, 13.0f);
+    assert_int_equal(vk_device_replayed(d), 1);
+    upload_chain_close(&u);
 }
 
 static void test_freeing_a_buffer_forgets_the_kept_recordings(void **state)
 {
-    struct chain c = chain_open();
-    struct vk_buffer up = new_buffer(c.d, CHAIN_N * sizeof(float),
-                                     VK_MEM_UPLOAD);
-    struct vk_buffer x = chain_buffer(c.d, 0.0f);
-    upload_pass(&c, &up, &x, 1.0f, 3.0f);
-    upload_pass(&c, &up, &x, 1.0f, 3.0f);
+    struct upload_chain u = upload_chain_open();
+    upload_pass(&u, 1.0f, 3.0f);
+    upload_pass(&u, 1.0f, 3.0f);
     /* A new x, which may well get the old one's handle. */
-    vk_buffer_free(c.d, &x);
-    x = chain_buffer(c.d, 0.0f);
-    upload_pass(&c, &up, &x, 2.0f, 3.0f);
-    assert_all_equal(c.d, &c.pair[0], CHAIN_N, 7.0f);
-    assert_int_equal(vk_device_replayed(c.d), 0);
-    vk_buffer_free(c.d, &up);
-    vk_buffer_free(c.d, &x);
-    chain_close(&c);
+    vk_buffer_free(u.c.d, &u.x);
+    u.x = chain_buffer(u.c.d, 0.0f);
+    upload_pass(&u, 2.0f, 3.0f);
+    assert_all_equal(u.c.d, &u.c.pair[0], CHAIN_N, 7.0f);
+    assert_int_equal(vk_device_replayed(u.c.d), 0);
+    upload_chain_close(&u);
 }
 
 static void test_replays_are_off_under_kakeya_vk_replay_0(void **state)
 {
     setenv("KAKEYA_VK_REPLAY", "0", 1);
-    struct chain c = chain_open();
+    struct upload_chain u = upload_chain_open();
     unsetenv("KAKEYA_VK_REPLAY");
-    struct vk_buffer up = new_buffer(c.d, CHAIN_N * sizeof(float),
-                                     VK_MEM_UPLOAD);
-    struct vk_buffer x = chain_buffer(c.d, 0.0f);
     for (int pass = 0; pass < 4; pass++) {
-        upload_pass(&c, &up, &x, (float)pass, 2.0f);
-        assert_all_equal(c.d, &c.pair[0], CHAIN_N, 2.0f * (float)pass + 1);
+        upload_pass(&u, (float)pass, 2.0f);
+        assert_all_equal(u.c.d, &u.c.pair[0], CHAIN_N,
+                         2.0f * (float)pass + 1);
     }
-    assert_int_equal(vk_device_replayed(c.d), 0);
-    vk_buffer_free(c.d, &up);
-    vk_buffer_free(c.d, &x);
-    chain_close(&c);
+    assert_int_equal(vk_device_replayed(u.c.d), 0);
+    upload_chain_close(&u);
 }
 
 int main(void)

@@ -64,12 +64,27 @@ static void keep(struct vk_replays *r, uint32_t id, VkCommandBuffer *evicted)
                      0);
 }
 
+/* Room for `capacity` kept recordings. */
+static struct vk_replays *replays_new(int capacity)
+{
+    struct vk_replays *r = vk_replays_new(capacity);
+    assert_non_null(r);
+    return r;
+}
+
+/* Clears r, which keeps `kept` recordings, and frees it. */
+static void replays_clear_and_free(struct vk_replays *r, int kept)
+{
+    VkCommandBuffer out[64];
+    assert_int_equal(vk_replays_clear(r, out), kept);
+    vk_replays_free(r);
+}
+
 static void test_a_kept_recording_is_found_only_for_exactly_its_commands(
     void **state)
 {
     (void)state;
-    struct vk_replays *r = vk_replays_new(4);
-    assert_non_null(r);
+    struct vk_replays *r = replays_new(4);
     VkCommandBuffer evicted;
     keep(r, 1, &evicted);
     assert_null(evicted);
@@ -87,17 +102,14 @@ static void test_a_kept_recording_is_found_only_for_exactly_its_commands(
     make_log(log, 1);
     log[2].pipeline = (const struct vk_pipeline *)log;
     assert_ptr_equal(match(r, log, N_COMMANDS), cmd_of(1));
-    VkCommandBuffer out[4];
-    assert_int_equal(vk_replays_clear(r, out), 1);
-    vk_replays_free(r);
+    replays_clear_and_free(r, 1);
 }
 
 static void test_a_full_room_gives_back_the_recording_used_longest_ago(
     void **state)
 {
     (void)state;
-    struct vk_replays *r = vk_replays_new(3);
-    assert_non_null(r);
+    struct vk_replays *r = replays_new(3);
     VkCommandBuffer evicted;
     for (uint32_t id = 1; id <= 3; id++) {
         keep(r, id, &evicted);
@@ -113,17 +125,14 @@ static void test_a_full_room_gives_back_the_recording_used_longest_ago(
     assert_null(match(r, log, N_COMMANDS));
     make_log(log, 4);
     assert_ptr_equal(match(r, log, N_COMMANDS), cmd_of(4));
-    VkCommandBuffer out[3];
-    assert_int_equal(vk_replays_clear(r, out), 3);
-    vk_replays_free(r);
+    replays_clear_and_free(r, 3);
 }
 
 static void test_clearing_gives_back_every_command_buffer_and_forgets(
     void **state)
 {
     (void)state;
-    struct vk_replays *r = vk_replays_new(4);
-    assert_non_null(r);
+    struct vk_replays *r = replays_new(4);
     VkCommandBuffer evicted;
     keep(r, 1, &evicted);
     keep(r, 2, &evicted);

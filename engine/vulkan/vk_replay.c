@@ -68,14 +68,15 @@ void vk_replays_match_begin(struct vk_replays *r)
     r->alive = r->n_kept == 64 ? ~0ull : (1ull << r->n_kept) - 1;
 }
 
+/* Called per command of every pass: it visits only the kept recordings
+ * still alive (usually one after the first command), not all of them. */
 bool vk_replays_match(struct vk_replays *r, int i, const struct vk_command *c)
 {
-    for (int k = 0; k < r->n_kept; k++) {
-        const uint64_t bit = 1ull << k;
-        if ((r->alive & bit) &&
-            (i >= r->kept[k].n ||
-             memcmp(&r->kept[k].log[i], c, COMPARED_BYTES) != 0))
-            r->alive &= ~bit;
+    for (uint64_t left = r->alive; left; left &= left - 1) {
+        const int k = __builtin_ctzll(left);
+        if (i >= r->kept[k].n ||
+            memcmp(&r->kept[k].log[i], c, COMPARED_BYTES) != 0)
+            r->alive &= ~(1ull << k);
     }
     return r->alive != 0;
 }
