@@ -85,7 +85,7 @@ SHADER_NAMES := $(foreach f,$(MATMUL_FORMS),$(MATMUL_TYPES:%=$(f)%)) \
                 $(foreach n,1 4 8 8r2,matmul_qx$(n)_q8_0 matmul_qx$(n)_norm_q8_0) \
                 rmsnorm rmsnorm_add rope add gated_act \
                 kv_store rope_kv_store rope_kv_store_norm attention \
-                attention_cpu
+                attention_cpu attention_rope attention_rope_cpu
 SPIRV      := $(SHADER_NAMES:%=$(BUILD)/shaders/%.spv)
 SPIRV_OBJ  := $(BUILD)/shaders/spirv.o
 GLSLC      ?= glslc
@@ -145,6 +145,16 @@ $(BUILD)/shaders/matmul_%.spv: shaders/matmul.comp $(wildcard shaders/*.glsl) Ma
 $(BUILD)/shaders/attention_cpu.spv: shaders/attention.comp $(wildcard shaders/*.glsl) Makefile
 	@mkdir -p $(dir $@)
 	$(GLSLC) $(GLSL_FLAGS) -DATT_WG=64 $< -o $@
+
+# Attention that rotates and stores the batch's keys itself (-DATT_ROPE:
+# rope_kv_store's work, one dispatch fewer a layer), in both sizes.
+$(BUILD)/shaders/attention_rope.spv: shaders/attention.comp $(wildcard shaders/*.glsl) Makefile
+	@mkdir -p $(dir $@)
+	$(GLSLC) $(GLSL_FLAGS) -DATT_ROPE $< -o $@
+
+$(BUILD)/shaders/attention_rope_cpu.spv: shaders/attention.comp $(wildcard shaders/*.glsl) Makefile
+	@mkdir -p $(dir $@)
+	$(GLSLC) $(GLSL_FLAGS) -DATT_ROPE -DATT_WG=64 $< -o $@
 
 # rmsnorm that adds its output to a second row (a post-norm's block
 # output), and rope_kv_store that norms each head first (q/k norms).

@@ -279,6 +279,23 @@ void be_attention(struct backend *be, struct be_tensor *out,
                        head_dim, window, scale);
 }
 
+void be_rope_attention(struct backend *be, struct kv_cache *kv, int il,
+                       int pos0, int n, struct be_tensor *q, int n_head,
+                       struct be_tensor *k, const struct be_tensor *v,
+                       int n_head_kv, int head_dim, const struct be_rope *rope,
+                       struct be_tensor *out, int window, float scale)
+{
+    if (be->ops->rope_attention) {
+        be->ops->rope_attention(be, kv, il, pos0, n, q, n_head, k, v,
+                                n_head_kv, head_dim, rope, out, window, scale);
+        return;
+    }
+    be_rope_kv_store(be, kv, il, pos0, n, q, n_head, k, v, n_head_kv,
+                     head_dim, rope);
+    be_attention(be, out, q, kv, il, n, pos0, n_head, n_head_kv, head_dim,
+                 window, scale);
+}
+
 void rope_angles(int32_t pos, int n_rot, float base, float *cs)
 {
     const float theta_scale = powf(base, -2.0f / (float)n_rot);

@@ -221,4 +221,15 @@ void be_attention(struct backend *be, struct be_tensor *out,
                   int il, int n, int pos0, int n_head, int n_head_kv,
                   int head_dim, int window, float scale);
 
+/* be_rope_kv_store of the batch, then be_attention of its queries into
+ * out: one op where the backend has one (on a GPU, a short batch's keys
+ * are rotated and stored inside the attention dispatch, one wait fewer a
+ * layer), the same results either way. q's and k's contents are
+ * unspecified afterwards. */
+void be_rope_attention(struct backend *be, struct kv_cache *kv, int il,
+                       int pos0, int n, struct be_tensor *q, int n_head,
+                       struct be_tensor *k, const struct be_tensor *v,
+                       int n_head_kv, int head_dim, const struct be_rope *rope,
+                       struct be_tensor *out, int window, float scale);
+
 #endif

@@ -4,7 +4,8 @@
  * An implementation embeds struct backend as the first member of its own
  * struct and fills a static table of ops; every op has the meaning and the
  * arguments of its be_ / backend_ counterpart in backend.h. The fused ops
- * (matmul_add, gated_matmul, rope_kv_store, norm_add) may be NULL:
+ * (matmul_add, gated_matmul, rope_kv_store, norm_add, rope_attention) may
+ * be NULL:
  * backend.c then runs the ops they stand for, one after another.
  * gated_matmul is only given gate and up matrices of one type and shape (a
  * mixed-type file's pair goes the separate way). matmul, matmul_multi and gated_matmul are
@@ -89,6 +90,12 @@ struct backend_ops {
                       const struct be_tensor *q, const struct kv_cache *kv,
                       int il, int n, int pos0, int n_head, int n_head_kv,
                       int head_dim, int window, float scale);
+    void (*rope_attention)(struct backend *be, struct kv_cache *kv, int il,
+                           int pos0, int n, struct be_tensor *q, int n_head,
+                           struct be_tensor *k, const struct be_tensor *v,
+                           int n_head_kv, int head_dim,
+                           const struct be_rope *rope, struct be_tensor *out,
+                           int window, float scale);
 };
 
 struct backend {

@@ -133,11 +133,9 @@ static void attention_block(struct forward *f, struct kv_cache *kv, int il,
                                  .base = L->rope_base, .style = hp->rope,
                                  .q_norm = L->q_norm, .k_norm = L->k_norm,
                                  .norm_eps = hp->rms_eps};
-    be_rope_kv_store(be, kv, il, pos0, n, f->q, hp->n_head, f->k, f->v,
-                     hp->n_head_kv, hd, &rope);
-    be_attention(be, f->att, f->q, kv, il, n, pos0, hp->n_head,
-                 hp->n_head_kv, hd, L->is_sliding ? hp->sliding_window : 0,
-                 hp->attn_scale);
+    be_rope_attention(be, kv, il, pos0, n, f->q, hp->n_head, f->k, f->v,
+                      hp->n_head_kv, hd, &rope, f->att,
+                      L->is_sliding ? hp->sliding_window : 0, hp->attn_scale);
     be_kv_commit(be, kv);
     block_output(f, &L->wo, f->att, L->post_attn_norm, n);
 }

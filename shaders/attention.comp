@@ -50,7 +50,18 @@
  * or 16 keys' values) made lavapipe up to 2x slower; on a GPU that is
  * unmeasured. Heads whose values cannot be read 4 at a time (f16 rows off a
  * word, q8_0 blocks not a multiple of 4, head_dim not a multiple of 4) take
- * a slower path value by value. */
+ * a slower path value by value.
+ *
+ * With -DATT_ROPE (attention_rope, attention_rope_cpu) the shader also
+ * does rope_kv_store's work for a batch of up to 17 rows (decoding and
+ * verifying): see "attention_rope" below. On the H200 it took a decode
+ * step's rope_kv_store dispatch off each layer: 1B shape 1.070-1.101 ms
+ * against 1.107-1.126, qwen3-0.6b 1.46-1.51 against 1.58-1.64, the default
+ * model 0.510-0.518 against 0.530-0.549 (tools/gpu-ab.sh); its first
+ * form, whose loads waited on branches (a dimension past n_rot, keys or
+ * values), gained nothing. The softmax's running sums are `precise`, as
+ * the dot products are, so that its two compilations cannot contract them
+ * differently. */
 #version 450
 
 #extension GL_KHR_shader_subgroup_basic : require
@@ -76,12 +87,30 @@
 layout(local_size_x = ATT_WG) in;
 
 layout(std430, binding = 0) readonly buffer QBuf { float q[]; };
+layout(std430, binding = 5) writeonly buffer OutBuf { float o_out[]; };
+layout(std430, binding = 6) readonly buffer PosBuf { uint pos_words[]; };
+#ifdef ATT_ROPE
+layout(std430, binding = 0) readonly buffer QBuf4 { vec4 q4[]; };
+/* the batch's rows go into their slots (one workgroup per kv head writes) */
+layout(std430, binding = 1) buffer KCache { uint kc[]; };
+layout(std430, binding = 2) buffer VCache { uint vc[]; };
+layout(std430, binding = 3) readonly buffer KRaw { float k_raw[]; };
+layout(std430, binding = 3) readonly buffer KRaw4 { vec4 k_raw4[]; };
+layout(std430, binding = 4) readonly buffer VRaw { uint v_raw[]; };
+layout(std430, binding = 6) readonly buffer CSBuf { float cs[]; };
+layout(std430, binding = 7) readonly buffer QWBuf { float qw[]; };
+layout(std430, binding = 8) readonly buffer KWBuf { float kw[]; };
+/* The batch's rows of this workgroup's kv head that its query sees, keys
+ * then values (2 (t + 1) head_bytes; the host keeps 2 n head_bytes within
+ * this: vk_shaders.h) */
+#define ROPE_STAGE_WORDS 4352u
+shared uint hs[ROPE_STAGE_WORDS];
+#else
 layout(std430, binding = 1) readonly buffer KCache { uint kc[]; };
 layout(std430, binding = 2) readonly buffer VCache { uint vc[]; };
 layout(std430, binding = 3) readonly buffer KStage { uint ks[]; };
 layout(std430, binding = 4) readonly buffer VStage { uint vs[]; };
-layout(std430, binding = 5) writeonly buffer OutBuf { float o_out[]; };
-layout(std430, binding = 6) readonly buffer PosBuf { uint pos_words[]; };
+#endif
 
 layout(push_constant) uniform Push {
     uint n_rows, pos_at, n_head, n_head_kv, head_dim;
@@ -89,6 +118,10 @@ layout(push_constant) uniform Push {
     uint policy, capacity, n_sink, layer_window, model_window;
     float scale;
     uint stage_in_place;
+    /* attention_rope: the rotation (rope_kv_store's), the heads' norms
+     * (has_norm, eps) and the bytes of one head of a row */
+    uint n_rot, style, has_norm, head_bytes;
+    float eps;
 } pc;
 
 /* The chunk's arrays come in two copies used in turn (chunk c's are
@@ -144,9 +177,19 @@ shared float osh[4u * WG];      /* the partitions' outputs, at the end */
     }
 
 DEFINE_READERS(kc)
-DEFINE_READERS(ks)
 DEFINE_READERS(vc)
+#ifdef ATT_ROPE
+DEFINE_READERS(hs)
+/* The batch's rows: the workgroup's copy in shared memory, a head's
+ * values each. */
+#define KS hs
+#define VS hs
+#else
+DEFINE_READERS(ks)
 DEFINE_READERS(vs)
+#define KS ks
+#define VS vs
+#endif
 
 /* s + a . b as one fma chain, x to w. Every sum that a key's or value's
  * row goes into is spelled out this way and `precise`, because a row is
@@ -184,27 +227,32 @@ float fma_dot(vec4 a, vec4 b, float s)
         s = s0_ + s1_;                                                       \
     }
 
+/* Value e of the row at off of buf, value by value (a macro, so that a
+ * buf named by a macro, KS or VS, is expanded first). */
+#define VALUE(buf, off, e) value_##buf(off, e)
+
 /* The same, value by value, for any type and alignment. */
 #define DOT_SLOW(buf, off, e0, s)                                            \
     {                                                                        \
         s = 0.0;                                                             \
         for (uint d_ = 0u; d_ < pc.head_dim; d_++)                           \
-            s = fma(qsh[d_ >> 2u][d_ & 3u], value_##buf(off, (e0) + d_), s); \
+            s = fma(qsh[d_ >> 2u][d_ & 3u], VALUE(buf, off, (e0) + d_), s);  \
     }
 
 /* o += p_j V_j (values dv .. dv+3) for this partition's keys j in
  * [jb, je) of chunk copy b (jb in the partition's sequence), V_STEP keys
  * per step with all their loads before the first use: keys past je are
  * clamped to a valid one and weigh 0, so no branch separates a load from
- * its use. */
-#define V_LOOP(FETCH, buf, jb, je)                                           \
+ * its use. Row r of buf starts at byte base + r * stride, its head at
+ * value eh. */
+#define V_LOOP(FETCH, buf, jb, je, base, stride, eh)                         \
     for (uint j0_ = (jb); j0_ < (je); j0_ += V_STEP * parts) {               \
         vec4 v_[V_STEP];                                                     \
         float p_[V_STEP];                                                    \
         [[unroll]] for (uint u_ = 0u; u_ < V_STEP; u_++) {                   \
             const uint j_ = min(j0_ + u_ * parts, (je) - 1u);                \
-            const uint off_ = (rsh[b][j_] & ~STAGED) * pc.row_bytes;         \
-            v_[u_] = FETCH(buf, off_, e0 + dv);                              \
+            const uint off_ = (base) + (rsh[b][j_] & ~STAGED) * (stride);    \
+            v_[u_] = FETCH(buf, off_, (eh) + dv);                            \
             p_[u_] = j0_ + u_ * parts < (je) ? psh[b][j_] : 0.0;             \
         }                                                                    \
         [[unroll]] for (uint u_ = 0u; u_ < V_STEP; u_++)                     \
@@ -212,12 +260,12 @@ float fma_dot(vec4 a, vec4 b, float s)
     }
 
 /* The same, value by value (n of the 4 valid), for any type. */
-#define V_SLOW(buf, jb, je)                                                  \
+#define V_SLOW(buf, jb, je, base, stride, eh)                                \
     for (uint j_ = (jb); j_ < (je); j_ += parts) {                           \
-        const uint off_ = (rsh[b][j_] & ~STAGED) * pc.row_bytes;             \
+        const uint off_ = (base) + (rsh[b][j_] & ~STAGED) * (stride);        \
         vec4 v_ = vec4(0.0);                                                 \
         for (uint i_ = 0u; i_ < nv; i_++)                                    \
-            v_[i_] = value_##buf(off_, e0 + dv + i_);                        \
+            v_[i_] = VALUE(buf, off_, (eh) + dv + i_);                       \
         o = fma(vec4(psh[b][j_]), v_, o);                                    \
     }
 
@@ -262,6 +310,194 @@ float workgroup_sum(float x)
     return subgroupAdd(y);
 }
 
+#ifdef ATT_ROPE
+/* ---- attention_rope: rope_kv_store's work for this workgroup ----
+ *
+ * The batch (at most ROPE_MAX_ROWS rows) comes as the q/k/v products left
+ * it: this workgroup norms (has_norm) and rotates its query head into qsh,
+ * and norms, rotates and converts its kv head's keys and values of the
+ * rows its query sees (0..t) into shared memory (hs), which it then reads
+ * as the stage buffers are read; the last row's workgroup of the first
+ * head of each kv head also writes them into their slots for later
+ * passes. Each step is rope_kv_store's code (norm.glsl, rope.glsl,
+ * kv_convert.glsl) on the same values, so the bytes are that dispatch's,
+ * one wait fewer a layer. The query's values are made by the last threads
+ * and the rows' words by the first, so that their loads go out together:
+ * decoding, the prologue costs one round trip, as qsh's load did. */
+#define ROPE_MAX_ROWS 17u
+#define NORM_X4(i) (norm_keys ? k_raw4[i] : q4[i])
+#define NORM_X(i) (norm_keys ? k_raw[i] : q[i])
+bool norm_keys;
+#include "norm.glsl"
+#include "rope.glsl"
+
+/* Each norm's subgroup sums (item 0 the query head, 1 + r key row r),
+ * then its scale. */
+shared float nsh[(ROPE_MAX_ROWS + 1u) * NORM_LANES];
+shared float scl[ROPE_MAX_ROWS + 1u];
+
+/* This workgroup's kv head, query row and the value it starts at. */
+uint rope_g, rope_t;
+
+/* rmsnorm's output for value x of a head of scale sc, with weight w. */
+float normed(float x, float sc, float w)
+{
+    precise float v = x * sc;
+    precise float r = v * w;
+    return r;
+}
+
+/* out[i] = value d0 + i (i < N, a constant) of the head whose raw values
+ * start at x0 of X (q or k_raw), normed (scale sc, weights W) where the
+ * heads are and rotated with the angles of batch row r: rope_kv_store's
+ * values, by its expressions. Every load goes out before any value is
+ * used (a branch between a load and its use makes each a round trip of
+ * its own): a dimension past n_rot loads itself as its pair and the first
+ * angle, and keeps its value; past head_dim, the last dimension's. */
+#define HEAD_VALUES(X, W, x0, r, sc, d0, N, out)                             \
+    {                                                                        \
+        uint ia_[N], ib_[N], ic_[N];                                         \
+        bool rot_[N], isb_[N];                                               \
+        [[unroll]] for (uint i_ = 0u; i_ < N; i_++) {                        \
+            const uint d_ = min((d0) + i_, pc.head_dim - 1u);                \
+            bool b_;                                                         \
+            const uint p_ = rope_pair(d_, pc.n_rot, pc.style, b_);           \
+            rot_[i_] = d_ < pc.n_rot;                                        \
+            isb_[i_] = b_;                                                   \
+            ia_[i_] = rot_[i_] ? rope_a(p_, pc.n_rot, pc.style) : d_;        \
+            ib_[i_] = rot_[i_] ? rope_b(p_, pc.n_rot, pc.style) : d_;        \
+            ic_[i_] = rot_[i_] ? ((r) * (pc.n_rot / 2u) + p_) * 2u : 0u;     \
+        }                                                                    \
+        /* the norm's weights only where there is a norm (W is then bound  \
+         * to any buffer: its word 0) */                                     \
+        const uint wm_ = pc.has_norm != 0u ? 0xffffffffu : 0u;               \
+        float xa_[N], xb_[N], wa_[N], wb_[N], c_[N], s_[N];                  \
+        [[unroll]] for (uint i_ = 0u; i_ < N; i_++) {                        \
+            xa_[i_] = X[(x0) + ia_[i_]];                                     \
+            xb_[i_] = X[(x0) + ib_[i_]];                                     \
+            wa_[i_] = W[ia_[i_] & wm_];                                      \
+            wb_[i_] = W[ib_[i_] & wm_];                                      \
+            c_[i_] = cs[ic_[i_]];                                            \
+            s_[i_] = cs[ic_[i_] + 1u];                                       \
+        }                                                                    \
+        [[unroll]] for (uint i_ = 0u; i_ < N; i_++) {                        \
+            float a_ = xa_[i_], b_ = xb_[i_];                                \
+            if (pc.has_norm != 0u) {                                         \
+                a_ = normed(a_, sc, wa_[i_]);                                \
+                b_ = normed(b_, sc, wb_[i_]);                                \
+            }                                                                \
+            out[i_] = !rot_[i_] ? a_                                         \
+                      : isb_[i_] ? rope_rotated_b(a_, b_, c_[i_], s_[i_])    \
+                                 : rope_rotated_a(a_, b_, c_[i_], s_[i_]);   \
+        }                                                                    \
+    }
+
+/* Where key row r of this workgroup's kv head starts in K (and V). */
+uint raw_row(uint r)
+{
+    return (r * pc.n_head_kv + rope_g) * pc.head_dim;
+}
+
+/* Which of K and V kv_src_bits reads (set before kv_word). */
+bool reading_keys;
+
+/* Value i of the batch's rows of this kv head (row i / head_dim), rotated
+ * keys or values, as bits: kv_convert.glsl's source, for q8_0 rows. */
+uint kv_src_bits(uint i)
+{
+    const uint r = i / pc.head_dim, d = i % pc.head_dim;
+    if (!reading_keys)
+        return v_raw[raw_row(r) + d];
+    float x[1];
+    HEAD_VALUES(k_raw, kw, raw_row(r), r, scl[1u + r], d, 1u, x)
+    return floatBitsToUint(x[0]);
+}
+#include "kv_convert.glsl"
+
+/* Word wi of the batch's rows of this kv head, keys or values, f32 or
+ * f16 (kv_word's bytes: a word is 1 or 2 values of one row), with the
+ * loads of its values out together. */
+uint kv_word_f(uint wi, bool keys)
+{
+    const uint per = pc.type == 0u ? 1u : 2u;
+    const uint i = wi * per, r = i / pc.head_dim, d = i - r * pc.head_dim;
+    float x[2];
+    if (keys) {
+        HEAD_VALUES(k_raw, kw, raw_row(r), r, scl[1u + r], d, 2u, x)
+    } else {
+        const uint at = raw_row(r) + d;
+        x[0] = uintBitsToFloat(v_raw[at]);
+        x[1] = uintBitsToFloat(v_raw[at + per - 1u]);
+    }
+    if (pc.type == 0u)
+        return floatBitsToUint(x[0]);
+    return kk_f32_bits_to_f16(floatBitsToUint(x[0])) |
+           (kk_f32_bits_to_f16(floatBitsToUint(x[1])) << 16u);
+}
+
+/* The heads' norm scales into scl: item 0 the query head at q0, 1 + r
+ * key row r, each by NORM_LANES lanes as rope_kv_store_norm finds them. */
+void norm_scales(uint q0, uint tid)
+{
+    const uint n = pc.n_rows, hd = pc.head_dim;
+    for (uint i0 = 0u; i0 <= n; i0 += WG / NORM_LANES) {
+        const uint item = i0 + tid / NORM_LANES, lane = tid % NORM_LANES;
+        if (item <= n) {   /* the same for a whole subgroup */
+            norm_keys = item > 0u;
+            const uint base = item == 0u
+                                  ? q0
+                                  : ((item - 1u) * pc.n_head_kv + rope_g) * hd;
+            NORM_PUT(nsh, item * norm_subgroups(), lane,
+                     norm_lane_sum(base, hd, lane))
+        }
+    }
+    barrier();
+    if (tid <= n) {
+        precise float sc;
+        NORM_SCALE(nsh, tid * norm_subgroups(), hd, pc.eps, sc)
+        scl[tid] = sc;
+    }
+    barrier();
+}
+
+/* Rows 0..rows-1 of the batch's keys and values of kv head g into hs
+ * (keys, then values, head_bytes a row) and, by `writer`, into their
+ * slots; the query head starting at q0 into qsh. Visible to the whole
+ * workgroup after the caller's barrier. */
+void stage_batch(uint rows, bool writer, uint first, uint q0, uint tid)
+{
+    const uint hw = pc.head_bytes / 4u;
+    const uint qi = tid + HD_MAX / 4u - WG;   /* the last threads' */
+    if (tid >= WG - HD_MAX / 4u) {
+        float x[4];
+        HEAD_VALUES(q, qw, q0, rope_t, scl[0], 4u * qi, 4u, x)
+        const vec4 v = vec4(x[0], x[1], x[2], x[3]);
+        const uvec4 d = 4u * qi + uvec4(0u, 1u, 2u, 3u);
+        qsh[qi] = mix(vec4(0.0), v, lessThan(d, uvec4(pc.head_dim)));
+    }
+    const kv_layout L = kv_layout(rows, pc.head_dim, pc.type, pc.block,
+                                  pc.head_bytes);
+    for (uint j = tid; j < 2u * rows * hw; j += WG) {
+        reading_keys = j < rows * hw;
+        const uint wi = reading_keys ? j : j - rows * hw;
+        const uint word = pc.type == 2u ? kv_word(L, wi, 0u)
+                                        : kv_word_f(wi, reading_keys);
+        hs[j] = word;
+        if (writer) {
+            const uint r = wi / hw;
+            const uint row_word = r * (pc.row_bytes / 4u) + rope_g * hw +
+                                  (wi - r * hw);
+            const uint at = kv_slot_word(row_word, first, pc.row_bytes,
+                                         pc.policy, pc.capacity, pc.n_sink);
+            if (reading_keys)
+                kc[at] = word;
+            else
+                vc[at] = word;
+        }
+    }
+}
+#endif
+
 void main()
 {
     const uint tid = gl_LocalInvocationID.x;
@@ -280,7 +516,23 @@ void main()
     /* The batch's first position; whether its rows are in their slots
      * already (else in the stage buffers, from row 0). */
     const uint first = pos_words[pc.pos_at];
+#ifdef ATT_ROPE
+    /* read from this workgroup's own rows, whatever went into the slots */
+    const bool in_place = false;
+    rope_g = g;
+    rope_t = t;
+    const uint ks_base = 0u, s_stride = pc.head_bytes, s_e = 0u;
+    const uint vs_base = (t + 1u) * pc.head_bytes;
+    if (pc.has_norm != 0u)
+        norm_scales(qo, tid);
+    stage_batch(t + 1u,
+                t + 1u == pc.n_rows && h % (pc.n_head / pc.n_head_kv) == 0u,
+                first, qo, tid);
+    barrier();
+#else
     const bool in_place = pc.stage_in_place != 0u;
+    const uint ks_base = 0u, vs_base = 0u, s_stride = pc.row_bytes, s_e = e0;
+#endif
     /* What position p = pos0 + t sees (kv_visible), and the index of the
      * first visible position in the stage buffers (>= pos0; none there
      * when the batch is in place). */
@@ -294,6 +546,7 @@ void main()
                          : uint(pos0 <= sink_end ? pos0
                                                  : sink_end + max(0, pos0 - lo));
 
+#ifndef ATT_ROPE
     if (tid < HD_MAX / 4u) {
         vec4 v = vec4(0.0);
         [[unroll]] for (uint i = 0u; i < 4u; i++)
@@ -302,6 +555,7 @@ void main()
         qsh[tid] = v;
     }
     barrier();
+#endif
 
     /* The V partitions: tpp threads of 4 values cover a head, tpp the
      * least power of two that does (at least 4), so that partitions tile
@@ -314,7 +568,7 @@ void main()
     const uint nv = dv < hd ? min(4u, hd - dv) : 0u;
 
     float m = NEG_INF;   /* running maximum (the same in every thread) */
-    float l = 0.0;       /* this thread's share of the running sum */
+    precise float l = 0.0; /* this thread's share of the running sum */
     precise vec4 o = vec4(0.0); /* this thread's values of its partition's
                                  * output (precise: see fma_dot) */
 
@@ -330,26 +584,27 @@ void main()
             const bool staged = !in_place && k >= first;
             const uint row = staged ? k - first
                                     : slot_of(k);
-            const uint off = row * pc.row_bytes;
+            const uint off = staged ? ks_base + row * s_stride
+                                    : row * pc.row_bytes;
             rsh[b][tid] = staged ? row | STAGED : row;
             if (!fast) {
                 if (staged)
-                    DOT_SLOW(ks, off, e0, s)
+                    DOT_SLOW(KS, off, s_e, s)
                 else
                     DOT_SLOW(kc, off, e0, s)
             } else if (pc.type == 1u) {
                 if (staged)
-                    DOT_LOOP(FETCH_F16, ks, off, e0, s)
+                    DOT_LOOP(FETCH_F16, KS, off, s_e, s)
                 else
                     DOT_LOOP(FETCH_F16, kc, off, e0, s)
             } else if (pc.type == 2u) {
                 if (staged)
-                    DOT_LOOP(FETCH_Q8, ks, off, e0, s)
+                    DOT_LOOP(FETCH_Q8, KS, off, s_e, s)
                 else
                     DOT_LOOP(FETCH_Q8, kc, off, e0, s)
             } else {
                 if (staged)
-                    DOT_LOOP(FETCH_F32, ks, off, e0, s)
+                    DOT_LOOP(FETCH_F32, KS, off, s_e, s)
                 else
                     DOT_LOOP(FETCH_F32, kc, off, e0, s)
             }
@@ -358,9 +613,9 @@ void main()
         /* 2. the chunk's maximum, probabilities, and what came before
          * rescaled */
         const float m_new = max(m, workgroup_max(s, b));
-        const float alpha = m == NEG_INF ? 0.0 : exp(m - m_new);
+        precise float alpha = m == NEG_INF ? 0.0 : exp(m - m_new);
         m = m_new;
-        const float pr = tid < cnt ? exp(s - m_new) : 0.0;
+        precise float pr = tid < cnt ? exp(s - m_new) : 0.0;
         psh[b][tid] = pr;
         l = l * alpha + pr;
         o *= alpha;
@@ -375,18 +630,19 @@ void main()
             const uint jb = split <= part
                                 ? part
                                 : part + (split - part + parts - 1u) / parts * parts;
+            const uint rb = pc.row_bytes;
             if (!fast) {
-                V_SLOW(vc, part, split)
-                V_SLOW(vs, jb, cnt)
+                V_SLOW(vc, part, split, 0u, rb, e0)
+                V_SLOW(VS, jb, cnt, vs_base, s_stride, s_e)
             } else if (pc.type == 1u) {
-                V_LOOP(FETCH_F16, vc, part, split)
-                V_LOOP(FETCH_F16, vs, jb, cnt)
+                V_LOOP(FETCH_F16, vc, part, split, 0u, rb, e0)
+                V_LOOP(FETCH_F16, VS, jb, cnt, vs_base, s_stride, s_e)
             } else if (pc.type == 2u) {
-                V_LOOP(FETCH_Q8, vc, part, split)
-                V_LOOP(FETCH_Q8, vs, jb, cnt)
+                V_LOOP(FETCH_Q8, vc, part, split, 0u, rb, e0)
+                V_LOOP(FETCH_Q8, VS, jb, cnt, vs_base, s_stride, s_e)
             } else {
-                V_LOOP(FETCH_F32, vc, part, split)
-                V_LOOP(FETCH_F32, vs, jb, cnt)
+                V_LOOP(FETCH_F32, vc, part, split, 0u, rb, e0)
+                V_LOOP(FETCH_F32, VS, jb, cnt, vs_base, s_stride, s_e)
             }
         }
     }
@@ -397,11 +653,11 @@ void main()
     osh[4u * tid + 1u] = o.y;
     osh[4u * tid + 2u] = o.z;
     osh[4u * tid + 3u] = o.w;
-    const float inv = 1.0 / workgroup_sum(l);
+    precise float inv = 1.0 / workgroup_sum(l);
     /* Thread i of partition k holds values 4i .. 4i+3 at osh[4 (k tpp +
      * i) ..]: value d of partition k is osh[4 tpp k + d]. */
     for (uint d = tid; d < hd; d += WG) {
-        float sum = 0.0;
+        precise float sum = 0.0;
         for (uint k = 0u; k < parts; k++)
             sum += osh[k * 4u * tpp + d];
         o_out[qo + d] = sum * inv;

@@ -2122,6 +2122,303 @@ static void test_rope_kv_store_norm_gives_the_bits_of_rmsnorm_first(
     check_rope_kv_store_cases(true);
 }
 
+/* ---- attention_rope ---- */
+
+/* A layer's batch for attention_rope: a cache of n_past positions
+ * (full, or a ring of window `sliding`), then n rows of q, k and v as the
+ * products leave them. */
+struct rope_attention_case {
+    enum kv_type type;
+    int n_head, n_head_kv, head_dim, n_rot, style;
+    bool norms;
+    int sliding;
+    int n_past, n;
+};
+
+/* Inputs both ways start from: the batch, its angles (and, at word
+ * pos_at, its first position), the norms' weights. */
+struct rope_attention_data {
+    float *q, *k, *v, *cs, *qw, *kw;
+    uint32_t pos_at;
+};
+
+/* The cache's rows as a buffer each (k, v), as before the batch. */
+static void cache_buffers(const struct kv_cache *kv, struct vk_buffer *kc,
+                          struct vk_buffer *vc)
+{
+    const struct kv_layer *L = &kv->layers[0];
+    const size_t bytes = (size_t)L->capacity * kv->row_bytes;
+    *kc = buffer_with(L->k, bytes);
+    *vc = buffer_with(L->v, bytes);
+}
+
+/* rope_kv_store (or _norm) into the slots (the cache's rows after it in
+ * k_rows, v_rows), then attention of its rotated queries over the cache
+ * whose rows are k_att and v_att: out. */
+static void rope_then_attention(const struct rope_attention_case *c,
+                                const struct kv_cache *kv,
+                                const struct rope_attention_data *d,
+                                const char *attention, const uint8_t *k_att,
+                                const uint8_t *v_att, float *out,
+                                uint8_t *k_rows, uint8_t *v_rows)
+{
+    const struct kv_layer *L = &kv->layers[0];
+    const int n = c->n, hd = c->head_dim;
+    const size_t nq = (size_t)n * c->n_head * hd, nk = (size_t)n * kv->kv_dim;
+    const size_t cache = (size_t)L->capacity * kv->row_bytes;
+    struct vk_buffer bq = buffer_with(d->q, nq * 4), bk = buffer_with(d->k, nk * 4);
+    struct vk_buffer bv = buffer_with(d->v, nk * 4);
+    struct vk_buffer bc = buffer_with(d->cs, (d->pos_at + 1) * 4);
+    struct vk_buffer bqw = buffer_with(d->qw, (size_t)hd * 4);
+    struct vk_buffer bkw = buffer_with(d->kw, (size_t)hd * 4);
+    struct vk_buffer bo = buffer_with(NULL, nq * 4), kc, vc;
+    cache_buffers(kv, &kc, &vc);
+    struct vk_push_rope_kv_store pr = {
+        (uint32_t)n, (uint32_t)c->n_head, (uint32_t)c->n_head_kv,
+        (uint32_t)hd, (uint32_t)c->n_rot, (uint32_t)c->style,
+        (uint32_t)kv->type, (uint32_t)kv->block, (uint32_t)kv->row_bytes, 1,
+        d->pos_at, (uint32_t)L->policy, (uint32_t)L->capacity,
+        (uint32_t)L->n_sink, 1e-6f};
+    const struct vk_buffer *rb[] = {&bq, &bk, &bv, &bc, &kc, &vc, &bqw, &bkw};
+    if (c->norms) {
+        run("rope_kv_store_norm", 8, rb, &pr, sizeof pr,
+            (uint32_t)(c->n_head + c->n_head_kv), (uint32_t)n, 1);
+    } else {
+        uint32_t pairs = ceil_div((uint64_t)nq / 2, 64);
+        uint32_t words = ceil_div(ceil_div((uint64_t)n * kv->row_bytes, 4),
+                                  64);
+        run("rope_kv_store", 6, rb, &pr, sizeof pr,
+            pairs > words ? pairs : words, 3, 1);
+    }
+    struct vk_push_attention pa = {
+        .n_rows = (uint32_t)n, .pos_at = d->pos_at,
+        .n_head = (uint32_t)c->n_head, .n_head_kv = (uint32_t)c->n_head_kv,
+        .head_dim = (uint32_t)hd, .type = (uint32_t)kv->type,
+        .block = (uint32_t)kv->block, .row_bytes = (uint32_t)kv->row_bytes,
+        .policy = (uint32_t)L->policy, .capacity = (uint32_t)L->capacity,
+        .n_sink = (uint32_t)L->n_sink, .layer_window = (uint32_t)L->window,
+        .model_window = (uint32_t)c->sliding,
+        .scale = attention_scale(hd), .stage_in_place = 1,
+    };
+    download(&kc, k_rows, cache);
+    download(&vc, v_rows, cache);
+    struct vk_buffer ka = buffer_with(k_att, cache), va = buffer_with(v_att,
+                                                                      cache);
+    const struct vk_buffer *ab[] = {&bq, &ka, &va, &ka, &va, &bo, &bc};
+    run(attention, 7, ab, &pa, sizeof pa, (uint32_t)c->n_head, (uint32_t)n,
+        1);
+    download(&bo, out, nq * 4);
+    struct vk_buffer *all[] = {&bq, &bk, &bv, &bc, &bqw, &bkw, &bo, &kc, &vc,
+                               &ka, &va};
+    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
+        vk_buffer_free(dev, all[i]);
+}
+
+/* n rows of a batch through attention_rope alone, on a cache whose rows
+ * are k_in and v_in (bytes). */
+static void rope_attention_fused(const struct rope_attention_case *c,
+                                 const struct kv_cache *kv,
+                                 const struct rope_attention_data *d, int n,
+                                 const char *shader, const uint8_t *k_in,
+                                 const uint8_t *v_in, float *out,
+                                 uint8_t *k_rows, uint8_t *v_rows)
+{
+    const struct kv_layer *L = &kv->layers[0];
+    const int hd = c->head_dim;
+    const size_t nq = (size_t)n * c->n_head * hd, nk = (size_t)n * kv->kv_dim;
+    const size_t cache = (size_t)L->capacity * kv->row_bytes;
+    const size_t head_bytes = kv->row_bytes / (size_t)c->n_head_kv;
+    struct vk_buffer bq = buffer_with(d->q, nq * 4), bk = buffer_with(d->k, nk * 4);
+    struct vk_buffer bv = buffer_with(d->v, nk * 4);
+    struct vk_buffer bc = buffer_with(d->cs, (d->pos_at + 1) * 4);
+    struct vk_buffer bqw = buffer_with(d->qw, (size_t)hd * 4);
+    struct vk_buffer bkw = buffer_with(d->kw, (size_t)hd * 4);
+    struct vk_buffer bo = buffer_with(NULL, nq * 4);
+    struct vk_buffer kc = buffer_with(k_in, cache), vc = buffer_with(v_in, cache);
+    struct vk_push_attention pa = {
+        .n_rows = (uint32_t)n, .pos_at = d->pos_at,
+        .n_head = (uint32_t)c->n_head, .n_head_kv = (uint32_t)c->n_head_kv,
+        .head_dim = (uint32_t)hd, .type = (uint32_t)kv->type,
+        .block = (uint32_t)kv->block, .row_bytes = (uint32_t)kv->row_bytes,
+        .policy = (uint32_t)L->policy, .capacity = (uint32_t)L->capacity,
+        .n_sink = (uint32_t)L->n_sink, .layer_window = (uint32_t)L->window,
+        .model_window = (uint32_t)c->sliding,
+        .scale = attention_scale(hd), .stage_in_place = 1,
+        .n_rot = (uint32_t)c->n_rot, .style = (uint32_t)c->style,
+        .has_norm = c->norms, .head_bytes = (uint32_t)head_bytes,
+        .eps = 1e-6f,
+    };
+    const struct vk_buffer *ab[] = {&bq, &kc, &vc,  &bk, &bv,
+                                    &bo, &bc, &bqw, &bkw};
+    run(shader, 9, ab, &pa, sizeof pa, (uint32_t)c->n_head, (uint32_t)n, 1);
+    download(&bo, out, nq * 4);
+    download(&kc, k_rows, cache);
+    download(&vc, v_rows, cache);
+    struct vk_buffer *all[] = {&bq, &bk, &bv, &bc, &bqw, &bkw, &bo, &kc, &vc};
+    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
+        vk_buffer_free(dev, all[i]);
+}
+
+/* Row t of the batch d decoded alone by attention_rope at n_past + t,
+ * on the cache the whole batch left (k_in, v_in: a row sees no slot the
+ * batch wrote after it), into out. */
+static void rope_attention_row_alone(const struct rope_attention_case *c,
+                                     const struct kv_cache *kv,
+                                     const struct rope_attention_data *d,
+                                     int t, const char *shader,
+                                     const uint8_t *k_in, const uint8_t *v_in,
+                                     float *out, uint8_t *k_rows,
+                                     uint8_t *v_rows)
+{
+    const size_t row_q = (size_t)c->n_head * c->head_dim;
+    const size_t kv_dim = (size_t)kv->kv_dim, n_rot = (size_t)c->n_rot;
+    float *cs = malloc((n_rot + 1) * sizeof *cs);
+    memcpy(cs, d->cs + t * n_rot, n_rot * sizeof *cs);
+    const uint32_t pos = (uint32_t)(c->n_past + t);
+    memcpy(cs + n_rot, &pos, sizeof pos);
+    const struct rope_attention_data row = {
+        .q = d->q + t * row_q, .k = d->k + t * kv_dim, .v = d->v + t * kv_dim,
+        .cs = cs, .qw = d->qw, .kw = d->kw, .pos_at = (uint32_t)n_rot};
+    rope_attention_fused(c, kv, &row, 1, shader, k_in, v_in, out, k_rows,
+                         v_rows);
+    free(cs);
+}
+
+/* The cache rows got (k or v) against want: the same bytes but in the
+ * batch's slots (positions n_past..), whose values may be a rounding apart
+ * (the rotation in another shader may round its last bit otherwise, which
+ * an f16 or q8_0 rounding can carry to a unit of the type). */
+static void expect_rows_near(const struct rope_attention_case *c,
+                             const struct kv_cache *kv, const uint8_t *got,
+                             const uint8_t *want, bool values,
+                             const char *shader, const char *what)
+{
+    const struct kv_layer *L = &kv->layers[0];
+    const size_t rb = kv->row_bytes, cache = (size_t)L->capacity * rb;
+    bool *batch = calloc(L->capacity, sizeof *batch);
+    for (int pos = c->n_past; pos < c->n_past + c->n; pos++)
+        batch[(kv_key_row(kv, 0, pos) - L->k) / rb] = true;
+    const double unit = kv->type == KV_F32 ? 0x1p-23
+                        : kv->type == KV_F16 ? 0x1p-10 : 3.0 / 127;
+    float *a = malloc((size_t)c->head_dim * sizeof *a);
+    float *b = malloc((size_t)c->head_dim * sizeof *b);
+    for (size_t slot = 0; slot < cache / rb; slot++) {
+        if (!memcmp(got + slot * rb, want + slot * rb, rb))
+            continue;
+        if (!batch[slot])
+            fail_msg("%s %s: slot %zu of the %s, not the batch's, was "
+                     "changed", shader, what, slot, values ? "values" : "keys");
+        for (int h = 0; h < c->n_head_kv; h++) {
+            kv_load_head(kv, got + slot * rb, h * c->head_dim, a);
+            kv_load_head(kv, want + slot * rb, h * c->head_dim, b);
+            for (int i = 0; i < c->head_dim; i++)
+                if (!(fabs(a[i] - b[i]) <= unit * fmax(1.0, fabs(b[i]))))
+                    fail_msg("%s %s: slot %zu head %d value %d of the %s is "
+                             "%.9g, rope_kv_store stored %.9g", shader, what,
+                             slot, h, i, values ? "values" : "keys", a[i],
+                             b[i]);
+        }
+    }
+    free(batch), free(a), free(b);
+}
+
+/* attention_rope stores the batch's rows as rope_kv_store does (within a
+ * rounding: another shader), gives the attention output of rope_kv_store's
+ * queries over those rows (within rounding), and gives each row of a batch
+ * the bits of that row decoded alone, in both workgroup sizes — what keeps
+ * greedy speculative output equal to plain. */
+static void check_rope_attention(const struct rope_attention_case *c)
+{
+    const int hd = c->head_dim, n = c->n;
+    const size_t kv_dim = (size_t)c->n_head_kv * hd;
+    uint64_t s = 777 + (uint64_t)c->type * 5 + (uint64_t)c->n_past +
+                 (uint64_t)n;
+    const struct attention_case ac = {c->type, c->n_head, c->n_head_kv, hd,
+                                      c->n_past + n + 8, c->sliding, 0, 0,
+                                      0, c->n_past, 0};
+    float *kin = random_floats((size_t)c->n_past * kv_dim + 1, -1, 1, &s);
+    float *vin = random_floats((size_t)c->n_past * kv_dim + 1, -1, 1, &s);
+    struct kv_cache *kv = attention_cache(&ac, kin, vin, c->n_past, 0);
+    const size_t nq = (size_t)n * c->n_head * hd;
+    const size_t cache = (size_t)kv->layers[0].capacity * kv->row_bytes;
+    struct rope_attention_data d = {
+        .q = random_floats(nq, -1, 1, &s),
+        .k = random_floats((size_t)n * kv_dim, -3, 3, &s),
+        .v = random_floats((size_t)n * kv_dim, -1, 1, &s),
+        .cs = random_floats((size_t)n * c->n_rot + 1, -1, 1, &s),
+        .qw = random_floats((size_t)hd, 0.5f, 1.5f, &s),
+        .kw = random_floats((size_t)hd, 0.5f, 1.5f, &s),
+        .pos_at = (uint32_t)(n * c->n_rot),
+    };
+    const uint32_t pos0 = (uint32_t)c->n_past;
+    memcpy(d.cs + d.pos_at, &pos0, sizeof pos0);
+    const size_t row_q = (size_t)c->n_head * hd;
+    float *want = malloc(nq * 4), *got = malloc(nq * 4), *alone = malloc(nq * 4);
+    uint8_t *want_k = malloc(cache), *want_v = malloc(cache);
+    uint8_t *got_k = malloc(cache), *got_v = malloc(cache);
+    uint8_t *row_k = malloc(cache), *row_v = malloc(cache);
+    const struct kv_layer *L = &kv->layers[0];
+    char what[160];
+    snprintf(what, sizeof what, "%s %s%s, %d rows after %d, head_dim %d",
+             kv_type_name(kv->type), kv_policy_name(L->policy),
+             c->norms ? ", heads normed" : "", n, c->n_past, hd);
+    const char *const pairs[][2] = {{"attention", "attention_rope"},
+                                    {"attention_cpu", "attention_rope_cpu"}};
+    for (int i = 0; i < 2; i++) {
+        const char *shader = pairs[i][1];
+        rope_attention_fused(c, kv, &d, n, shader, L->k, L->v, got, got_k,
+                             got_v);
+        rope_then_attention(c, kv, &d, pairs[i][0], got_k, got_v, want,
+                            want_k, want_v);
+        expect_rows_near(c, kv, got_k, want_k, false, shader, what);
+        expect_rows_near(c, kv, got_v, want_v, true, shader, what);
+        for (size_t j = 0; j < nq; j++)
+            if (!(fabsf(got[j] - want[j]) <= 1e-5f * fabsf(want[j]) + 1e-7f))
+                fail_msg("%s %s: out[%zu] = %.9g, rope_kv_store then "
+                         "attention give %.9g", shader, what, j, got[j],
+                         want[j]);
+        for (int t = 0; t < n; t++) {
+            rope_attention_row_alone(c, kv, &d, t, shader, got_k, got_v,
+                                     alone, row_k, row_v);
+            if (memcmp(row_k, got_k, cache) || memcmp(row_v, got_v, cache))
+                fail_msg("%s %s: row %d alone stored other bytes", shader,
+                         what, t);
+            char row[200];
+            snprintf(row, sizeof row, "%s: row %d alone", what, t);
+            expect_same_bits(alone, got + t * row_q, row_q, row, shader);
+        }
+    }
+    free(kin), free(vin), free(want), free(got), free(alone);
+    free(want_k), free(want_v), free(got_k), free(got_v), free(row_k),
+        free(row_v);
+    free(d.q), free(d.k), free(d.v), free(d.cs), free(d.qw), free(d.kw);
+    kv_free(kv);
+}
+
+static void test_attention_rope_stores_rope_kv_store_bytes_and_rows_alone_bits(
+    void **state)
+{
+    (void)state;
+    REQUIRE_DEVICE();
+    /* llama: adjacent pairs, no norms; a decode step and a verify block */
+    struct rope_attention_case c = {KV_F16, 4, 2, 64, 64, 0, false, 0, 40, 1};
+    check_rope_attention(&c);
+    c.n = 17;
+    check_rope_attention(&c);
+    /* qwen3/gemma3: heads normed, NEOX pairs; a ring past its wrap */
+    const struct rope_attention_case ring = {KV_Q8_0, 4, 1, 64, 64, 1, true,
+                                             24, 70, 5};
+    check_rope_attention(&ring);
+    /* part of each head rotated; f32 rows; the first batch of a cache */
+    const struct rope_attention_case part = {KV_F32, 2, 2, 64, 32, 1, true,
+                                             0, 0, 3};
+    check_rope_attention(&part);
+    /* heads of 128, 8 queries to a key head */
+    const struct rope_attention_case wide = {KV_F16, 8, 1, 128, 128, 1, true,
+                                             32, 100, 17};
+    check_rope_attention(&wide);
+}
+
 /* ---- rmsnorm_add ---- */
 
 /* rmsnorm_add gives y the bits of rmsnorm of x then add into y. */
@@ -2247,6 +2544,8 @@ int main(void)
         cmocka_unit_test(test_attention_sink_window_matches_cpu),
         cmocka_unit_test(
             test_attention_gives_a_row_the_same_bits_alone_and_in_a_batch),
+        cmocka_unit_test(
+            test_attention_rope_stores_rope_kv_store_bytes_and_rows_alone_bits),
     };
     return cmocka_run_group_tests(tests, open_device, close_device);
 }

@@ -94,7 +94,7 @@ struct vk_backend {
     int qx_min_cols;   /* VK_QX_MIN_COLS, or 0 where KAKEYA_VK_QX=1 */
     struct vk_pipeline matmul_qx[2][VK_QX_FORMS];
     struct vk_pipeline rmsnorm, rmsnorm_add, rope, add, gated_act, kv_store,
-        rope_kv_store, rope_kv_store_norm, attention;
+        rope_kv_store, rope_kv_store_norm, attention, attention_rope;
     /* Host data of the pass being recorded (upload_alloc). The GPU may read
      * a region as soon as the copy that reads it is recorded, since chunks
      * of the pass are submitted while it is recorded; that is safe because
@@ -319,7 +319,10 @@ static int make_pipelines(struct vk_backend *be, struct kk_error *err)
                          &be->rope_kv_store_norm, err) ||
            make_pipeline(be, rowwise ? "attention_cpu" : "attention", 7,
                          sizeof(struct vk_push_attention), &be->attention,
-                         err)
+                         err) ||
+           make_pipeline(be, rowwise ? "attention_rope_cpu" : "attention_rope",
+                         9, sizeof(struct vk_push_attention),
+                         &be->attention_rope, err)
                ? -1 : 0;
 }
 
@@ -412,7 +415,7 @@ static void vkb_free(struct backend *base)
     struct vk_pipeline *ps[] = {&be->rmsnorm, &be->rmsnorm_add, &be->rope,
                                 &be->add, &be->gated_act, &be->kv_store,
                                 &be->rope_kv_store, &be->rope_kv_store_norm,
-                                &be->attention};
+                                &be->attention, &be->attention_rope};
     for (size_t i = 0; i < sizeof ps / sizeof ps[0]; i++)
         vk_pipeline_free(be->dev, ps[i]);
     for (int f = 0; f < N_GPU_FORMS; f++)
@@ -1176,19 +1179,19 @@ static void vkb_kv_commit(struct backend *base, struct kv_cache *kv)
     kv_commit_done(kv);
 }
 
-static void vkb_attention(struct backend *base, struct be_tensor *out,
-                          const struct be_tensor *q, const struct kv_cache *kv,
-                          int il, int n, int pos0, int n_head, int n_head_kv,
-                          int head_dim, int window, float scale)
+/* attention's push constants for layer il's batch of n rows (positions
+ * from rt), whose rows are in their slots when in_place. */
+static struct vk_push_attention attention_push(const struct kv_cache *kv,
+                                               int il, int n,
+                                               const struct rope_table *rt,
+                                               int n_head, int n_head_kv,
+                                               int head_dim, int window,
+                                               float scale, uint32_t in_place)
 {
-    struct vk_backend *be = vkb(base);
+    /* enum kv_policy is full, ring, sink+window: the shader's 0, 1, 2;
+     * enum kv_type is f32, f16, q8_0: 0, 1, 2. */
     const struct kv_layer *L = &kv->layers[il];
-    const struct kv_stage st = stage_of(be, kv, il, n);
-    const struct rope_table *rt = pass_positions(be, n, pos0);
-    if (!rt)
-        return;
-    /* enum kv_policy is full, ring, sink+window: the shader's 0, 1, 2. */
-    struct vk_push_attention pc = {
+    return (struct vk_push_attention){
         .n_rows = (uint32_t)n, .pos_at = rt->pos_at,
         .n_head = (uint32_t)n_head, .n_head_kv = (uint32_t)n_head_kv,
         .head_dim = (uint32_t)head_dim, .type = (uint32_t)kv->type,
@@ -1196,11 +1199,87 @@ static void vkb_attention(struct backend *base, struct be_tensor *out,
         .policy = (uint32_t)L->policy, .capacity = (uint32_t)L->capacity,
         .n_sink = (uint32_t)L->n_sink, .layer_window = (uint32_t)L->window,
         .model_window = (uint32_t)window, .scale = scale,
-        .stage_in_place = st.in_place,
+        .stage_in_place = in_place,
     };
+}
+
+static void vkb_attention(struct backend *base, struct be_tensor *out,
+                          const struct be_tensor *q, const struct kv_cache *kv,
+                          int il, int n, int pos0, int n_head, int n_head_kv,
+                          int head_dim, int window, float scale)
+{
+    struct vk_backend *be = vkb(base);
+    const struct kv_stage st = stage_of(be, kv, il, n);
+    const struct rope_table *rt = pass_positions(be, n, pos0);
+    if (!rt)
+        return;
+    const struct vk_push_attention pc =
+        attention_push(kv, il, n, rt, n_head, n_head_kv, head_dim, window,
+                       scale, st.in_place);
     const struct vk_buffer *bufs[] = {buf(q), &be->kv_k[il], &be->kv_v[il],
                                       st.k, st.v, buf(out), &rt->buf};
     dispatch(be, &be->attention, bufs, &pc, (uint32_t)n_head, (uint32_t)n, 1);
+}
+
+/* Whether attention_rope takes layer il's batch of n rows: at most
+ * VK_ROPE_ATTENTION_ROWS, written straight into their slots, in rows that
+ * split into heads of whole words (for q8_0, of whole blocks), of which
+ * that many fit a workgroup's shared memory. Only n <=
+ * VK_ROPE_ATTENTION_ROWS depends on the batch, so decoding (1 row) and
+ * verifying (up to 17) take the same path, and a token gets the same bits
+ * either way: the separate dispatches may round the attention
+ * differently (another shader, another compilation). */
+static bool rope_attention_takes(const struct kv_cache *kv, int il, int n,
+                                 int n_head_kv, int head_dim)
+{
+    const size_t head_bytes = kv->row_bytes / (size_t)n_head_kv;
+    return n <= VK_ROPE_ATTENTION_ROWS && kv_in_place(kv, il, n) &&
+           kv->row_bytes % (4 * (size_t)n_head_kv) == 0 &&
+           (kv->type != KV_Q8_0 || head_dim % kv->block == 0) &&
+           2 * VK_ROPE_ATTENTION_ROWS * head_bytes <= VK_ROPE_ATTENTION_BYTES;
+}
+
+static void vkb_rope_attention(struct backend *base, struct kv_cache *kv,
+                               int il, int pos0, int n, struct be_tensor *q,
+                               int n_head, struct be_tensor *k,
+                               const struct be_tensor *v, int n_head_kv,
+                               int head_dim, const struct be_rope *rope,
+                               struct be_tensor *out, int window, float scale)
+{
+    struct vk_backend *be = vkb(base);
+    if (!rope_attention_takes(kv, il, n, n_head_kv, head_dim)) {
+        vkb_rope_kv_store(base, kv, il, pos0, n, q, n_head, k, v, n_head_kv,
+                          head_dim, rope);
+        vkb_attention(base, out, q, kv, il, n, pos0, n_head, n_head_kv,
+                      head_dim, window, scale);
+        return;
+    }
+    const struct rope_table *rt = rope_table(be, n, rope->n_rot, pos0,
+                                             rope->pos, rope->base);
+    if (!rt)
+        return;
+    const struct vk_buffer *qw = &rt->buf, *kw = &rt->buf;
+    if (rope->q_norm) {
+        qw = vk_model_find(be->weights, rope->q_norm);
+        kw = vk_model_find(be->weights, rope->k_norm);
+        if (!qw || !kw) {
+            pass_fail(be, "internal: a q/k norm vector is not on the GPU");
+            return;
+        }
+    }
+    struct vk_push_attention pc = attention_push(
+        kv, il, n, rt, n_head, n_head_kv, head_dim, window, scale, 1);
+    pc.n_rot = (uint32_t)rope->n_rot;
+    pc.style = rope->style == ROPE_NEOX;
+    pc.has_norm = rope->q_norm != NULL;
+    pc.head_bytes = (uint32_t)(kv->row_bytes / (size_t)n_head_kv);
+    pc.eps = rope->norm_eps;
+    const struct vk_buffer *bufs[] = {buf(q),   &be->kv_k[il], &be->kv_v[il],
+                                      buf(k),   buf(v),        buf(out),
+                                      &rt->buf, qw,            kw};
+    dispatch(be, &be->attention_rope, bufs, &pc, (uint32_t)n_head,
+             (uint32_t)n, 1);
+    kv_stage_mark(kv, il, pos0, n);
 }
 
 static const struct backend_ops vk_ops = {
@@ -1216,5 +1295,5 @@ static const struct backend_ops vk_ops = {
     .norm_add = vkb_norm_add, .rope = vkb_rope,
     .gated_act = vkb_gated_act, .add = vkb_add, .add_row = vkb_add_row,
     .kv_store = vkb_kv_store, .kv_commit = vkb_kv_commit,
-    .attention = vkb_attention,
+    .attention = vkb_attention, .rope_attention = vkb_rope_attention,
 };

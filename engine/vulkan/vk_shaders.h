@@ -303,6 +303,26 @@ struct vk_push_attention {
     uint32_t policy, capacity, n_sink, layer_window, model_window;
     float scale;
     uint32_t stage_in_place;
+    /* attention_rope only */
+    uint32_t n_rot, style, has_norm, head_bytes;
+    float eps;
 };
+
+/* attention_rope: rope_kv_store (with has_norm, rope_kv_store_norm) of a
+ * batch of at most VK_ROPE_ATTENTION_ROWS rows straight into their slots
+ * (as with in_place), then attention of its queries, in one dispatch:
+ * out and the slots' bytes are those of the two dispatches. Q, K and V are
+ * the products as they come (Q is not changed); the rows must split into
+ * n_head_kv heads of whole words, head_bytes each (for q8_0, head_dim a
+ * multiple of block), and a workgroup keeps its kv head's keys and values
+ * of the batch in shared memory: 2 n_rows head_bytes at most
+ * VK_ROPE_ATTENTION_BYTES.
+ * bindings: 0 Q (float), 1 K cache, 2 V cache (uint, written), 3 K
+ *           (float), 4 V (uint), 5 OUT, 6 POS and the angles
+ *           (rope_kv_store's CS), 7 QW, 8 KW (float; any buffer when
+ *           has_norm is 0).
+ * grid: (n_head, n_rows, 1); attention_rope_cpu as attention_cpu. */
+#define VK_ROPE_ATTENTION_BYTES 17408
+#define VK_ROPE_ATTENTION_ROWS 17
 
 #endif
