@@ -58,10 +58,10 @@
  * step's rope_kv_store dispatch off each layer: 1B shape 1.070-1.101 ms
  * against 1.107-1.126, qwen3-0.6b 1.46-1.51 against 1.58-1.64, the default
  * model 0.510-0.518 against 0.530-0.549 (tools/gpu-ab.sh); its first
- * form, whose loads waited on branches (a dimension past n_rot, keys or
- * values), gained nothing. The softmax's running sums are `precise`, as
- * the dot products are, so that its two compilations cannot contract them
- * differently. */
+ * forms gained nothing or little (the rows through a device buffer; every
+ * value made behind branches that each held a load). The softmax's
+ * running sums are `precise`, as the dot products are, so that no
+ * compilation of it may contract them its own way. */
 #version 450
 
 #extension GL_KHR_shader_subgroup_basic : require
@@ -319,9 +319,12 @@ float workgroup_sum(float x)
  * rows its query sees (0..t) into shared memory (hs), which it then reads
  * as the stage buffers are read; the last row's workgroup of the first
  * head of each kv head also writes them into their slots for later
- * passes. Each step is rope_kv_store's code (norm.glsl, rope.glsl,
- * kv_convert.glsl) on the same values, so the bytes are that dispatch's,
- * one wait fewer a layer. The query's values are made by the last threads
+ * passes. Each step is rope_kv_store's expressions (norm.glsl, rope.glsl,
+ * kv_convert.glsl) on the same values: its bytes on lavapipe, while the
+ * NVIDIA compiler rounds a rotation's last bit its own way in one of the
+ * two (a batch's own rows then differ by a rounding, test_vk_ops). What
+ * speculative = plain needs holds either way: a decode step and a verify
+ * block both come here. The query's values are made by the last threads
  * and the rows' words by the first, so that their loads go out together:
  * decoding, the prologue costs one round trip, as qsh's load did. */
 #define ROPE_MAX_ROWS 17u
@@ -336,7 +339,7 @@ bool norm_keys;
 shared float nsh[(ROPE_MAX_ROWS + 1u) * NORM_LANES];
 shared float scl[ROPE_MAX_ROWS + 1u];
 
-/* This workgroup's kv head, query row and the value it starts at. */
+/* This workgroup's kv head and query row. */
 uint rope_g, rope_t;
 
 /* rmsnorm's output for value x of a head of scale sc, with weight w. */

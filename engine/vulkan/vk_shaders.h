@@ -311,7 +311,9 @@ struct vk_push_attention {
 /* attention_rope: rope_kv_store (with has_norm, rope_kv_store_norm) of a
  * batch of at most VK_ROPE_ATTENTION_ROWS rows straight into their slots
  * (as with in_place), then attention of its queries, in one dispatch:
- * out and the slots' bytes are those of the two dispatches. Q, K and V are
+ * out and the slots' bytes are those of the two dispatches (to the bit on
+ * lavapipe; within a rounding of a rotation on the NVIDIA driver, whose
+ * compiler rounds one of the two its own way). Q, K and V are
  * the products as they come (Q is not changed); the rows must split into
  * n_head_kv heads of whole words, head_bytes each (for q8_0, head_dim a
  * multiple of block), and a workgroup keeps its kv head's keys and values
