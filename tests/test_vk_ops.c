@@ -2125,14 +2125,15 @@ static void test_rope_kv_store_norm_gives_the_bits_of_rmsnorm_first(
 /* ---- attention_rope ---- */
 
 /* A layer's batch for attention_rope: a cache of n_past positions
- * (full, or a ring of window `sliding`), then n rows of q, k and v as the
- * products leave them. */
+ * (full, a ring of window `sliding`, or sink+window), then n rows of q, k
+ * and v as the products leave them. */
 struct rope_attention_case {
     enum kv_type type;
     int n_head, n_head_kv, head_dim, n_rot, style;
     bool norms;
     int sliding;
     int n_past, n;
+    int sink_window, n_sink;
 };
 
 /* Inputs both ways start from: the batch, its angles (and, at word
@@ -2333,9 +2334,12 @@ static void check_rope_attention(const struct rope_attention_case *c)
     const size_t kv_dim = (size_t)c->n_head_kv * hd;
     uint64_t s = 777 + (uint64_t)c->type * 5 + (uint64_t)c->n_past +
                  (uint64_t)n;
-    const struct attention_case ac = {c->type, c->n_head, c->n_head_kv, hd,
-                                      c->n_past + n + 8, c->sliding, 0, 0,
-                                      0, c->n_past, 0};
+    const struct attention_case ac = {c->type,    c->n_head,
+                                      c->n_head_kv, hd,
+                                      c->n_past + n + 8, c->sliding,
+                                      c->sink_window, c->n_sink,
+                                      0,          c->n_past,
+                                      0};
     float *kin = random_floats((size_t)c->n_past * kv_dim + 1, -1, 1, &s);
     float *vin = random_floats((size_t)c->n_past * kv_dim + 1, -1, 1, &s);
     struct kv_cache *kv = attention_cache(&ac, kin, vin, c->n_past, 0);
@@ -2401,21 +2405,34 @@ static void test_attention_rope_stores_rope_kv_store_bytes_and_rows_alone_bits(
     (void)state;
     REQUIRE_DEVICE();
     /* llama: adjacent pairs, no norms; a decode step and a verify block */
-    struct rope_attention_case c = {KV_F16, 4, 2, 64, 64, 0, false, 0, 40, 1};
+    struct rope_attention_case c = {.type = KV_F16, .n_head = 4,
+                                    .n_head_kv = 2, .head_dim = 64,
+                                    .n_rot = 64, .n_past = 40, .n = 1};
     check_rope_attention(&c);
     c.n = 17;
     check_rope_attention(&c);
     /* qwen3/gemma3: heads normed, NEOX pairs; a ring past its wrap */
-    const struct rope_attention_case ring = {KV_Q8_0, 4, 1, 64, 64, 1, true,
-                                             24, 70, 5};
+    const struct rope_attention_case ring = {
+        .type = KV_Q8_0, .n_head = 4, .n_head_kv = 1, .head_dim = 64,
+        .n_rot = 64, .style = 1, .norms = true, .sliding = 24, .n_past = 70,
+        .n = 5};
     check_rope_attention(&ring);
     /* part of each head rotated; f32 rows; the first batch of a cache */
-    const struct rope_attention_case part = {KV_F32, 2, 2, 64, 32, 1, true,
-                                             0, 0, 3};
+    const struct rope_attention_case part = {
+        .type = KV_F32, .n_head = 2, .n_head_kv = 2, .head_dim = 64,
+        .n_rot = 32, .style = 1, .norms = true, .n = 3};
     check_rope_attention(&part);
+    /* sink+window past its wrap: the batch lands on slots of positions
+     * no query of it sees */
+    const struct rope_attention_case sink = {
+        .type = KV_F16, .n_head = 4, .n_head_kv = 2, .head_dim = 64,
+        .n_rot = 64, .n = 9, .n_past = 60, .sink_window = 24, .n_sink = 4};
+    check_rope_attention(&sink);
     /* heads of 128, 8 queries to a key head */
-    const struct rope_attention_case wide = {KV_F16, 8, 1, 128, 128, 1, true,
-                                             32, 100, 17};
+    const struct rope_attention_case wide = {
+        .type = KV_F16, .n_head = 8, .n_head_kv = 1, .head_dim = 128,
+        .n_rot = 128, .style = 1, .norms = true, .sliding = 32, .n_past = 100,
+        .n = 17};
     check_rope_attention(&wide);
 }
 
