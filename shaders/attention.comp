@@ -342,14 +342,6 @@ shared float scl[ROPE_MAX_ROWS + 1u];
 /* This workgroup's kv head and query row. */
 uint rope_g, rope_t;
 
-/* rmsnorm's output for value x of a head of scale sc, with weight w. */
-float normed(float x, float sc, float w)
-{
-    precise float v = x * sc;
-    precise float r = v * w;
-    return r;
-}
-
 /* out[i] = value d0 + i (i < N, a constant) of the head whose raw values
  * start at x0 of X (q or k_raw), normed (scale sc, weights W) where the
  * heads are and rotated with the angles of batch row r: rope_kv_store's
@@ -386,8 +378,8 @@ float normed(float x, float sc, float w)
         [[unroll]] for (uint i_ = 0u; i_ < N; i_++) {                        \
             float a_ = xa_[i_], b_ = xb_[i_];                                \
             if (pc.has_norm != 0u) {                                         \
-                a_ = normed(a_, sc, wa_[i_]);                                \
-                b_ = normed(b_, sc, wb_[i_]);                                \
+                a_ = norm_value(a_, sc, wa_[i_]);                            \
+                b_ = norm_value(b_, sc, wb_[i_]);                            \
             }                                                                \
             out[i_] = !rot_[i_] ? a_                                         \
                       : isb_[i_] ? rope_rotated_b(a_, b_, c_[i_], s_[i_])    \

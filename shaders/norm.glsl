@@ -67,6 +67,15 @@ float norm_lane_sum(uint base, uint dim, uint lane)
     return s;
 }
 
+/* rmsnorm's output for value x of a row of scale sc, with weight w: its
+ * two products kept apart (`precise`), as rmsnorm.comp rounds them. */
+float norm_value(float x, float sc, float w)
+{
+    precise float v = x * sc;
+    precise float r = v * w;
+    return r;
+}
+
 /* Subgroups per NORM_LANES lanes. */
 uint norm_subgroups() { return NORM_LANES / gl_SubgroupSize; }
 

@@ -69,14 +69,6 @@ bool norm_keys;
 shared float part[NORM_LANES];   /* a sum per subgroup, as in rmsnorm */
 /* The workgroup's head's scale. */
 float head_scale;
-
-/* rmsnorm's output for value x of a head of scale sc, with weight w. */
-float normed(float x, float sc, float w)
-{
-    precise float v = x * sc;
-    precise float r = v * w;
-    return r;
-}
 #endif
 
 /* Key i of the batch (row i / kv_dim, dimension d of its head), normed
@@ -84,7 +76,7 @@ float normed(float x, float sc, float w)
 float key_at(uint i, uint d)
 {
 #ifdef QK_NORM
-    return normed(k[i], head_scale, kw[d]);   /* i is in the head */
+    return norm_value(k[i], head_scale, kw[d]);   /* i is in the head */
 #else
     return k[i];
 #endif
@@ -123,7 +115,7 @@ void rope_normed_queries(uint row, uint head0, uint lane)
 {
     for (uint d = lane; d < pc.head_dim; d += NORM_LANES) {
         if (d >= pc.n_rot) {
-            q[head0 + d] = normed(q[head0 + d], head_scale, qw[d]);
+            q[head0 + d] = norm_value(q[head0 + d], head_scale, qw[d]);
             continue;
         }
         bool is_b;
@@ -131,8 +123,8 @@ void rope_normed_queries(uint row, uint head0, uint lane)
         if (is_b)
             continue;
         const uint db = rope_b(p, pc.n_rot, pc.style);
-        const float xa = normed(q[head0 + d], head_scale, qw[d]);
-        const float xb = normed(q[head0 + db], head_scale, qw[db]);
+        const float xa = norm_value(q[head0 + d], head_scale, qw[d]);
+        const float xb = norm_value(q[head0 + db], head_scale, qw[db]);
         const uint at = (row * (pc.n_rot / 2u) + p) * 2u;
         const float c = cs[at], s = cs[at + 1u];
         q[head0 + d] = rope_rotated_a(xa, xb, c, s);
