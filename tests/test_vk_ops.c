@@ -2143,14 +2143,57 @@ struct rope_attention_data {
     uint32_t pos_at;
 };
 
-/* The cache's rows as a buffer each (k, v), as before the batch. */
-static void cache_buffers(const struct kv_cache *kv, struct vk_buffer *kc,
-                          struct vk_buffer *vc)
+/* The device buffers of n rows of a batch both ways use: its inputs, the
+ * attention output, and the cache's rows (kc, vc) from k_in and v_in. */
+struct rope_attention_buffers {
+    struct vk_buffer q, k, v, cs, qw, kw, out, kc, vc;
+};
+
+static void rope_attention_upload(const struct rope_attention_case *c,
+                                  const struct kv_cache *kv,
+                                  const struct rope_attention_data *d, int n,
+                                  const uint8_t *k_in, const uint8_t *v_in,
+                                  struct rope_attention_buffers *b)
+{
+    const size_t nq = (size_t)n * c->n_head * c->head_dim;
+    const size_t nk = (size_t)n * kv->kv_dim, hd = (size_t)c->head_dim;
+    const size_t cache = (size_t)kv->layers[0].capacity * kv->row_bytes;
+    b->q = buffer_with(d->q, nq * 4);
+    b->k = buffer_with(d->k, nk * 4);
+    b->v = buffer_with(d->v, nk * 4);
+    b->cs = buffer_with(d->cs, (d->pos_at + 1) * 4);
+    b->qw = buffer_with(d->qw, hd * 4);
+    b->kw = buffer_with(d->kw, hd * 4);
+    b->out = buffer_with(NULL, nq * 4);
+    b->kc = buffer_with(k_in, cache);
+    b->vc = buffer_with(v_in, cache);
+}
+
+static void rope_attention_buffers_free(struct rope_attention_buffers *b)
+{
+    struct vk_buffer *all[] = {&b->q,  &b->k,   &b->v,  &b->cs, &b->qw,
+                               &b->kw, &b->out, &b->kc, &b->vc};
+    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
+        vk_buffer_free(dev, all[i]);
+}
+
+/* attention's push constants for n rows of case c (the rows in their
+ * slots); attention_rope's fields are left for the caller. */
+static struct vk_push_attention rope_attention_push(
+    const struct rope_attention_case *c, const struct kv_cache *kv,
+    const struct rope_attention_data *d, int n)
 {
     const struct kv_layer *L = &kv->layers[0];
-    const size_t bytes = (size_t)L->capacity * kv->row_bytes;
-    *kc = buffer_with(L->k, bytes);
-    *vc = buffer_with(L->v, bytes);
+    return (struct vk_push_attention){
+        .n_rows = (uint32_t)n, .pos_at = d->pos_at,
+        .n_head = (uint32_t)c->n_head, .n_head_kv = (uint32_t)c->n_head_kv,
+        .head_dim = (uint32_t)c->head_dim, .type = (uint32_t)kv->type,
+        .block = (uint32_t)kv->block, .row_bytes = (uint32_t)kv->row_bytes,
+        .policy = (uint32_t)L->policy, .capacity = (uint32_t)L->capacity,
+        .n_sink = (uint32_t)L->n_sink, .layer_window = (uint32_t)L->window,
+        .model_window = (uint32_t)c->sliding,
+        .scale = attention_scale(c->head_dim), .stage_in_place = 1,
+    };
 }
 
 /* rope_kv_store (or _norm) into the slots (the cache's rows after it in
@@ -2165,22 +2208,18 @@ static void rope_then_attention(const struct rope_attention_case *c,
 {
     const struct kv_layer *L = &kv->layers[0];
     const int n = c->n, hd = c->head_dim;
-    const size_t nq = (size_t)n * c->n_head * hd, nk = (size_t)n * kv->kv_dim;
+    const size_t nq = (size_t)n * c->n_head * hd;
     const size_t cache = (size_t)L->capacity * kv->row_bytes;
-    struct vk_buffer bq = buffer_with(d->q, nq * 4), bk = buffer_with(d->k, nk * 4);
-    struct vk_buffer bv = buffer_with(d->v, nk * 4);
-    struct vk_buffer bc = buffer_with(d->cs, (d->pos_at + 1) * 4);
-    struct vk_buffer bqw = buffer_with(d->qw, (size_t)hd * 4);
-    struct vk_buffer bkw = buffer_with(d->kw, (size_t)hd * 4);
-    struct vk_buffer bo = buffer_with(NULL, nq * 4), kc, vc;
-    cache_buffers(kv, &kc, &vc);
+    struct rope_attention_buffers b;
+    rope_attention_upload(c, kv, d, n, L->k, L->v, &b);
     struct vk_push_rope_kv_store pr = {
         (uint32_t)n, (uint32_t)c->n_head, (uint32_t)c->n_head_kv,
         (uint32_t)hd, (uint32_t)c->n_rot, (uint32_t)c->style,
         (uint32_t)kv->type, (uint32_t)kv->block, (uint32_t)kv->row_bytes, 1,
         d->pos_at, (uint32_t)L->policy, (uint32_t)L->capacity,
         (uint32_t)L->n_sink, 1e-6f};
-    const struct vk_buffer *rb[] = {&bq, &bk, &bv, &bc, &kc, &vc, &bqw, &bkw};
+    const struct vk_buffer *rb[] = {&b.q,  &b.k,  &b.v,  &b.cs,
+                                    &b.kc, &b.vc, &b.qw, &b.kw};
     if (c->norms) {
         run("rope_kv_store_norm", 8, rb, &pr, sizeof pr,
             (uint32_t)(c->n_head + c->n_head_kv), (uint32_t)n, 1);
@@ -2191,28 +2230,18 @@ static void rope_then_attention(const struct rope_attention_case *c,
         run("rope_kv_store", 6, rb, &pr, sizeof pr,
             pairs > words ? pairs : words, 3, 1);
     }
-    struct vk_push_attention pa = {
-        .n_rows = (uint32_t)n, .pos_at = d->pos_at,
-        .n_head = (uint32_t)c->n_head, .n_head_kv = (uint32_t)c->n_head_kv,
-        .head_dim = (uint32_t)hd, .type = (uint32_t)kv->type,
-        .block = (uint32_t)kv->block, .row_bytes = (uint32_t)kv->row_bytes,
-        .policy = (uint32_t)L->policy, .capacity = (uint32_t)L->capacity,
-        .n_sink = (uint32_t)L->n_sink, .layer_window = (uint32_t)L->window,
-        .model_window = (uint32_t)c->sliding,
-        .scale = attention_scale(hd), .stage_in_place = 1,
-    };
-    download(&kc, k_rows, cache);
-    download(&vc, v_rows, cache);
+    download(&b.kc, k_rows, cache);
+    download(&b.vc, v_rows, cache);
     struct vk_buffer ka = buffer_with(k_att, cache), va = buffer_with(v_att,
                                                                       cache);
-    const struct vk_buffer *ab[] = {&bq, &ka, &va, &ka, &va, &bo, &bc};
+    const struct vk_push_attention pa = rope_attention_push(c, kv, d, n);
+    const struct vk_buffer *ab[] = {&b.q, &ka, &va, &ka, &va, &b.out, &b.cs};
     run(attention, 7, ab, &pa, sizeof pa, (uint32_t)c->n_head, (uint32_t)n,
         1);
-    download(&bo, out, nq * 4);
-    struct vk_buffer *all[] = {&bq, &bk, &bv, &bc, &bqw, &bkw, &bo, &kc, &vc,
-                               &ka, &va};
-    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
-        vk_buffer_free(dev, all[i]);
+    download(&b.out, out, nq * 4);
+    vk_buffer_free(dev, &ka);
+    vk_buffer_free(dev, &va);
+    rope_attention_buffers_free(&b);
 }
 
 /* n rows of a batch through attention_rope alone, on a cache whose rows
@@ -2224,40 +2253,23 @@ static void rope_attention_fused(const struct rope_attention_case *c,
                                  const uint8_t *v_in, float *out,
                                  uint8_t *k_rows, uint8_t *v_rows)
 {
-    const struct kv_layer *L = &kv->layers[0];
-    const int hd = c->head_dim;
-    const size_t nq = (size_t)n * c->n_head * hd, nk = (size_t)n * kv->kv_dim;
-    const size_t cache = (size_t)L->capacity * kv->row_bytes;
-    const size_t head_bytes = kv->row_bytes / (size_t)c->n_head_kv;
-    struct vk_buffer bq = buffer_with(d->q, nq * 4), bk = buffer_with(d->k, nk * 4);
-    struct vk_buffer bv = buffer_with(d->v, nk * 4);
-    struct vk_buffer bc = buffer_with(d->cs, (d->pos_at + 1) * 4);
-    struct vk_buffer bqw = buffer_with(d->qw, (size_t)hd * 4);
-    struct vk_buffer bkw = buffer_with(d->kw, (size_t)hd * 4);
-    struct vk_buffer bo = buffer_with(NULL, nq * 4);
-    struct vk_buffer kc = buffer_with(k_in, cache), vc = buffer_with(v_in, cache);
-    struct vk_push_attention pa = {
-        .n_rows = (uint32_t)n, .pos_at = d->pos_at,
-        .n_head = (uint32_t)c->n_head, .n_head_kv = (uint32_t)c->n_head_kv,
-        .head_dim = (uint32_t)hd, .type = (uint32_t)kv->type,
-        .block = (uint32_t)kv->block, .row_bytes = (uint32_t)kv->row_bytes,
-        .policy = (uint32_t)L->policy, .capacity = (uint32_t)L->capacity,
-        .n_sink = (uint32_t)L->n_sink, .layer_window = (uint32_t)L->window,
-        .model_window = (uint32_t)c->sliding,
-        .scale = attention_scale(hd), .stage_in_place = 1,
-        .n_rot = (uint32_t)c->n_rot, .style = (uint32_t)c->style,
-        .has_norm = c->norms, .head_bytes = (uint32_t)head_bytes,
-        .eps = 1e-6f,
-    };
-    const struct vk_buffer *ab[] = {&bq, &kc, &vc,  &bk, &bv,
-                                    &bo, &bc, &bqw, &bkw};
+    const size_t nq = (size_t)n * c->n_head * c->head_dim;
+    const size_t cache = (size_t)kv->layers[0].capacity * kv->row_bytes;
+    struct rope_attention_buffers b;
+    rope_attention_upload(c, kv, d, n, k_in, v_in, &b);
+    struct vk_push_attention pa = rope_attention_push(c, kv, d, n);
+    pa.n_rot = (uint32_t)c->n_rot;
+    pa.style = (uint32_t)c->style;
+    pa.has_norm = c->norms;
+    pa.head_bytes = (uint32_t)(kv->row_bytes / (size_t)c->n_head_kv);
+    pa.eps = 1e-6f;
+    const struct vk_buffer *ab[] = {&b.q,   &b.kc, &b.vc, &b.k, &b.v,
+                                    &b.out, &b.cs, &b.qw, &b.kw};
     run(shader, 9, ab, &pa, sizeof pa, (uint32_t)c->n_head, (uint32_t)n, 1);
-    download(&bo, out, nq * 4);
-    download(&kc, k_rows, cache);
-    download(&vc, v_rows, cache);
-    struct vk_buffer *all[] = {&bq, &bk, &bv, &bc, &bqw, &bkw, &bo, &kc, &vc};
-    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
-        vk_buffer_free(dev, all[i]);
+    download(&b.out, out, nq * 4);
+    download(&b.kc, k_rows, cache);
+    download(&b.vc, v_rows, cache);
+    rope_attention_buffers_free(&b);
 }
 
 /* Row t of the batch d decoded alone by attention_rope at n_past + t,
