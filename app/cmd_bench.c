@@ -5,7 +5,11 @@
  * (weight bytes read per token / bandwidth) and decode's share of it, and
  * the verify cost ratio c(L) = time(forward of L tokens) / time(forward of
  * 1 token) for L = 1..16 — the price of checking a draft block of L tokens.
- * Each timing is the median of several repetitions.
+ * Each timing is the median of several repetitions. Decode and c(L) are
+ * measured twice: with the logits of the rows coming back (what sampling
+ * needs) and with only their argmax (kk_session_eval_greedy: what greedy
+ * decoding needs, which a GPU makes itself): "decode_greedy_tok_per_s",
+ * "verify_cost_greedy".
  *
  * --backend picks where the engine computes (the JSON says which device);
  * on a GPU the host's bandwidth means nothing for the roofline, so
@@ -109,27 +113,53 @@ static void fill_tokens(int32_t *ids, int n, int n_vocab)
     }
 }
 
+/* What an evaluation gives back of its rows: logits, or greedy choices. */
+enum rows_kind { ROWS_LOGITS, ROWS_GREEDY };
+
 static int time_eval(struct kk_session *s, const int32_t *ids, int n,
-                     bool all_logits, double *seconds, struct kk_error *err)
+                     bool all_rows, enum rows_kind kind, double *seconds,
+                     struct kk_error *err)
 {
     double t0 = bench_now();
-    if (kk_session_eval(s, ids, n, all_logits, NULL, NULL, err))
+    if (kind == ROWS_GREEDY
+            ? kk_session_eval_greedy(s, ids, n, all_rows, NULL, NULL, err)
+            : kk_session_eval(s, ids, n, all_rows, NULL, NULL, err))
         return -1;
     *seconds = bench_now() - t0;
     return 0;
 }
 
-/* c(L): forwards of L tokens on top of a fixed context, trimmed after each. */
+/* n decode steps of one token each on top of a fixed context (then
+ * trimmed back to it): each step's seconds into steps, their sum the
+ * return value; -1 on failure. */
+static double time_decode(struct kk_session *s, const int32_t *ids, int n,
+                          enum rows_kind kind, double *steps,
+                          struct kk_error *err)
+{
+    int base = kk_session_n_tokens(s);
+    double total = 0.0;
+    for (int i = 0; i < n; i++) {
+        if (time_eval(s, &ids[i], 1, false, kind, &steps[i], err))
+            return -1.0;
+        total += steps[i];
+    }
+    kk_session_trim(s, base);
+    return total;
+}
+
+/* c(L): forwards of L tokens on top of a fixed context, trimmed after each,
+ * every row's logits or greedy choice coming back; as `key` in out. */
 static int measure_verify_cost(struct kk_session *s, const int32_t *ids,
-                               int reps, cJSON *out, struct kk_error *err)
+                               int reps, enum rows_kind kind, const char *key,
+                               cJSON *out, struct kk_error *err)
 {
     int base = kk_session_n_tokens(s);
     double t1 = 0.0;
-    cJSON *arr = cJSON_AddArrayToObject(out, "verify_cost");
+    cJSON *arr = cJSON_AddArrayToObject(out, key);
     for (int L = 1; L <= 16; L++) {
         double t[32];
         for (int r = 0; r < reps; r++) {
-            if (time_eval(s, ids, L, true, &t[r], err))
+            if (time_eval(s, ids, L, true, kind, &t[r], err))
                 return -1;
             kk_session_trim(s, base);
         }
@@ -157,10 +187,11 @@ static int warm_up(struct kk_session *s, const int32_t *ids, int n_prefill,
 {
     double t0 = bench_now(), t;
     do {
-        if (time_eval(s, ids, n_prefill, false, &t, err))
+        if (time_eval(s, ids, n_prefill, false, ROWS_LOGITS, &t, err))
             return -1;
         for (int i = 0; i < 8; i++)
-            if (time_eval(s, &ids[n_prefill + i], 1, false, &t, err))
+            if (time_eval(s, &ids[n_prefill + i], 1, false,
+                          i % 2 ? ROWS_GREEDY : ROWS_LOGITS, &t, err))
                 return -1;
         kk_session_trim(s, 0);
     } while (bench_now() - t0 < WARM_UP_SECONDS);
@@ -188,19 +219,20 @@ static int run_bench(const struct bench_options *o, cJSON *out,
     fill_tokens(ids, n_ctx, info.n_vocab);
     cJSON_AddStringToObject(out, "backend", kk_session_backend(s));
 
-    double t_pre, t_dec = 0.0;
+    double t_pre;
     if (warm_up(s, ids, o->n_prefill, err))
         goto done;
-    if (time_eval(s, ids, o->n_prefill, false, &t_pre, err))
+    if (time_eval(s, ids, o->n_prefill, false, ROWS_LOGITS, &t_pre, err))
         goto done;
-    double steps[4096];
+    double steps[4096], greedy_steps[4096];
     int n_steps = o->n_decode < 4096 ? o->n_decode : 4096;
-    for (int i = 0; i < n_steps; i++) {
-        if (time_eval(s, &ids[o->n_prefill + i], 1, false, &steps[i], err))
-            goto done;
-        t_dec += steps[i];
-    }
-    kk_session_trim(s, o->n_prefill);
+    const double t_dec = time_decode(s, &ids[o->n_prefill], n_steps,
+                                     ROWS_LOGITS, steps, err);
+    const double t_greedy = t_dec < 0 ? -1.0
+                            : time_decode(s, &ids[o->n_prefill], n_steps,
+                                          ROWS_GREEDY, greedy_steps, err);
+    if (t_greedy < 0)
+        goto done;
 
     cJSON *mj = cJSON_AddObjectToObject(out, "model");
     cJSON_AddStringToObject(mj, "path", o->model);
@@ -214,7 +246,14 @@ static int run_bench(const struct bench_options *o, cJSON *out,
     cJSON_AddNumberToObject(out, "decode_tok_per_s", n_steps / t_dec);
     cJSON_AddNumberToObject(out, "decode_ms_median",
                             bench_median(steps, n_steps) * 1e3);
-    rc = measure_verify_cost(s, &ids[o->n_prefill], o->reps, out, err);
+    cJSON_AddNumberToObject(out, "decode_greedy_tok_per_s",
+                            n_steps / t_greedy);
+    cJSON_AddNumberToObject(out, "decode_greedy_ms_median",
+                            bench_median(greedy_steps, n_steps) * 1e3);
+    if (measure_verify_cost(s, &ids[o->n_prefill], o->reps, ROWS_LOGITS,
+                            "verify_cost", out, err) == 0)
+        rc = measure_verify_cost(s, &ids[o->n_prefill], o->reps, ROWS_GREEDY,
+                                 "verify_cost_greedy", out, err);
 done:
     free(ids);
     kk_session_free(s);

@@ -108,6 +108,12 @@ const float *be_read(struct backend *be, const struct be_tensor *t, int rows)
     return be->ops->read(be, t, rows);
 }
 
+const int32_t *be_read_argmax(struct backend *be, const struct be_tensor *t,
+                              int rows)
+{
+    return be->ops->read_argmax ? be->ops->read_argmax(be, t, rows) : NULL;
+}
+
 void be_embed(struct backend *be, const struct weight *w,
               const int32_t *tokens, int n, float scale, struct be_tensor *x)
 {

@@ -102,6 +102,14 @@ int be_end(struct backend *be, struct kk_error *err);
 /* The first `rows` rows of t as host floats, valid from the be_end() of this
  * pass until the next be_begin(); owned by the backend. */
 const float *be_read(struct backend *be, const struct be_tensor *t, int rows);
+/* Instead of the rows themselves, the index of each one's largest value,
+ * as sample_argmax (engine/sample.h) picks it, valid and owned as be_read's
+ * rows: what greedy decoding needs of a row of logits, made where they
+ * are. NULL from a backend that does not make it (the CPU, whose rows are
+ * host memory already): be_read the rows then. A pass reads once, one
+ * way or the other. */
+const int32_t *be_read_argmax(struct backend *be, const struct be_tensor *t,
+                              int rows);
 
 /* Embedding rows of `tokens`, times scale, into x (width w->n_cols). */
 void be_embed(struct backend *be, const struct weight *w,

@@ -31,8 +31,9 @@ int draft_catch_up(struct kk_session *d, const int32_t *history,
     if (n_history - 1 <= keep)
         return 0;
     kk_session_trim(d, keep);
+    /* (the rows' results are not used: the cheapest kind) */
     return session_append_eval(d, history + keep, n_history - 1 - keep, 1,
-                               NULL, NULL, err);
+                               FORWARD_ARGMAX, NULL, NULL, err);
 }
 
 int draft_propose(struct kk_session *d, const int32_t *history,
@@ -54,23 +55,27 @@ int draft_propose(struct kk_session *d, const int32_t *history,
         max = d->n_ctx - n_history;
     if (max <= 0)
         return 0;
-    if (session_append_eval(d, history + keep, n_history - keep, 1, NULL, NULL,
-                            err))
-        return -1;
     const int32_t n_vocab = d->model->m->hp.n_vocab;
     const bool greedy = sampling->temperature <= 0.0f;
+    /* greedy guesses need only each row's argmax (made on a GPU draft's
+     * device), sampled ones the draft's distribution q */
+    const enum forward_out rows = greedy ? FORWARD_ARGMAX : FORWARD_LOGITS;
+    if (session_append_eval(d, history + keep, n_history - keep, 1, rows,
+                            NULL, NULL, err))
+        return -1;
     for (int i = 0; i < max; i++) {
-        const float *logits = session_logits(d, 0);
         int32_t id;
         if (greedy) {
-            id = sample_argmax(logits, n_vocab);
+            id = session_argmax(d, 0);
         } else {
             float *q = out->q + (size_t)i * (size_t)n_vocab;
-            sample_probs(sampling, logits, n_vocab, q, (int32_t *)scratch);
+            sample_probs(sampling, session_logits(d, 0), n_vocab, q,
+                         (int32_t *)scratch);
             id = sample_from(q, n_vocab, rng);
         }
         out->ids[out->n++] = id;
-        int rc = i + 1 < max ? session_append_eval(d, &id, 1, 1, NULL, NULL, err)
+        int rc = i + 1 < max ? session_append_eval(d, &id, 1, 1, rows, NULL,
+                                                   NULL, err)
                              : session_push(d, &id, 1, err);
         if (rc)
             return -1;

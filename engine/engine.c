@@ -281,7 +281,7 @@ int session_push(struct kk_session *s, const int32_t *ids, int n,
 }
 
 int session_append_eval(struct kk_session *s, const int32_t *ids, int n,
-                        int n_logits,
+                        int n_logits, enum forward_out out,
                         void (*progress)(void *ud, int done, int total),
                         void *ud, struct kk_error *err)
 {
@@ -304,7 +304,7 @@ int session_append_eval(struct kk_session *s, const int32_t *ids, int n,
             b = left - n_logits;
         int from = left == b ? b - n_logits : b;
         if (forward_run(s->fwd, s->kv, s->tokens + start + done, b, from,
-                        err)) {
+                        out, err)) {
             kv_trim(s->kv, start);
             s->n_tokens = n_before;
             return -1;
@@ -319,9 +319,18 @@ int session_append_eval(struct kk_session *s, const int32_t *ids, int n,
 
 const float *session_logits(const struct kk_session *s, int row)
 {
-    if (row < 0 || row >= s->logits_rows)
+    const float *logits = forward_logits(s->fwd);
+    if (row < 0 || row >= s->logits_rows || !logits)
         return NULL;
-    return forward_logits(s->fwd) + (size_t)row * s->model->m->hp.n_vocab;
+    return logits + (size_t)row * s->model->m->hp.n_vocab;
+}
+
+int32_t session_argmax(const struct kk_session *s, int row)
+{
+    const int32_t *ids = forward_argmax(s->fwd);
+    if (row < 0 || row >= s->logits_rows || !ids)
+        return -1;
+    return ids[row];
 }
 
 int kk_session_eval(struct kk_session *s, const int32_t *ids, int n,
@@ -334,13 +343,32 @@ int kk_session_eval(struct kk_session *s, const int32_t *ids, int n,
     if (all_logits && n > s->max_batch)
         return kk_fail(err, "all logits of %d tokens requested; at most %d "
                             "fit in one batch", n, s->max_batch);
-    return session_append_eval(s, ids, n, all_logits ? n : 1, progress, ud,
-                               err);
+    return session_append_eval(s, ids, n, all_logits ? n : 1,
+                               FORWARD_LOGITS, progress, ud, err);
 }
 
 const float *kk_session_logits(const struct kk_session *s, int row)
 {
     return session_logits(s, row);
+}
+
+int kk_session_eval_greedy(struct kk_session *s, const int32_t *ids, int n,
+                           bool all_rows,
+                           void (*progress)(void *ud, int done, int total),
+                           void *ud, struct kk_error *err)
+{
+    if (n <= 0)
+        return kk_fail(err, "nothing to evaluate");
+    if (all_rows && n > s->max_batch)
+        return kk_fail(err, "greedy choices for all of %d tokens requested; "
+                            "at most %d fit in one batch", n, s->max_batch);
+    return session_append_eval(s, ids, n, all_rows ? n : 1, FORWARD_ARGMAX,
+                               progress, ud, err);
+}
+
+int32_t kk_session_argmax(const struct kk_session *s, int row)
+{
+    return session_argmax(s, row);
 }
 
 void kk_session_kv_info(const struct kk_session *s, struct kk_kv_info *out)

@@ -26,13 +26,23 @@ int forward_new(const struct model *m, struct backend *be, int max_batch,
 void forward_free(struct forward *f);
 int forward_max_batch(const struct forward *f);
 
-/* Runs n (1..max_batch) tokens. On success the logits of row
- * logits_from + i are at forward_logits(f) + i * n_vocab. Fails (with the
- * cache unchanged) when the context is full or a token id is out of range. */
-int forward_run(struct forward *f, struct kv_cache *kv, const int32_t *tokens,
-                int n, int logits_from, struct kk_error *err);
+/* What a pass gives back of the rows asked for: their logits, or only each
+ * row's greedy choice — all greedy decoding needs, which a GPU makes
+ * itself, so that one int a row comes back instead of n_vocab floats. */
+enum forward_out { FORWARD_LOGITS, FORWARD_ARGMAX };
 
-/* The logits of the last forward_run (owned by f, valid until the next). */
+/* Runs n (1..max_batch) tokens. On success row logits_from + i has its
+ * logits at forward_logits(f) + i * n_vocab (FORWARD_LOGITS) or its greedy
+ * choice at forward_argmax(f)[i] (FORWARD_ARGMAX). Fails (with the cache
+ * unchanged) when the context is full or a token id is out of range. */
+int forward_run(struct forward *f, struct kv_cache *kv, const int32_t *tokens,
+                int n, int logits_from, enum forward_out out,
+                struct kk_error *err);
+
+/* What the last forward_run gave back (owned by f, valid until the next):
+ * its logits, NULL after a FORWARD_ARGMAX pass; its rows' greedy choices
+ * (sample_argmax's), NULL after a FORWARD_LOGITS pass. */
 const float *forward_logits(const struct forward *f);
+const int32_t *forward_argmax(const struct forward *f);
 
 #endif

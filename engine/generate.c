@@ -134,29 +134,37 @@ static int propose(struct generation *g, int L, struct kk_error *err)
 
 /* ---- verifying ---- */
 
-/* Decides draft i against target row `logits`: true to accept; otherwise
+/* What a step asks of the target's rows: greedy decoding needs only each
+ * row's argmax, which a GPU makes itself (one int a row comes back, not
+ * a vocabulary of floats); sampling needs the logits. */
+static enum forward_out rows_wanted(const struct generation *g)
+{
+    return g->is_greedy ? FORWARD_ARGMAX : FORWARD_LOGITS;
+}
+
+/* Decides draft i against the target's row i: true to accept; otherwise
  * *out is the token to commit instead. */
-static bool verify_token(struct generation *g, const float *logits, int i,
-                         int32_t *out)
+static bool verify_token(struct generation *g, int i, int32_t *out)
 {
     const int32_t d = g->prop.ids[i], n = g->n_vocab;
     if (g->is_greedy) {
-        *out = sample_argmax(logits, n);
+        *out = session_argmax(g->s, i);
         return *out == d;
     }
+    const float *logits = session_logits(g->s, i);
     sample_probs(&g->p->sampling, logits, n, g->probs, (int32_t *)g->scratch);
     const float *q = g->prop.by == KK_PROPOSER_DRAFT
                          ? g->prop.q + (size_t)i * (size_t)n : NULL;
     return spec_accept(g->probs, q, d, n, &g->rng, g->resid, out);
 }
 
-/* The target's own token from a row (bonus after a full match). */
-static int32_t target_token(struct generation *g, const float *logits)
+/* The target's own token from its row i (bonus after a full match). */
+static int32_t target_token(struct generation *g, int i)
 {
     if (g->is_greedy)
-        return sample_argmax(logits, g->n_vocab);
-    sample_probs(&g->p->sampling, logits, g->n_vocab, g->probs,
-                 (int32_t *)g->scratch);
+        return session_argmax(g->s, i);
+    sample_probs(&g->p->sampling, session_logits(g->s, i), g->n_vocab,
+                 g->probs, (int32_t *)g->scratch);
     return sample_from(g->probs, g->n_vocab, &g->rng);
 }
 
@@ -238,16 +246,15 @@ static int step(struct generation *g, struct kk_error *err)
     if (propose(g, L < 0 ? 0 : L, err))
         return -1;
     double t0 = now_seconds();
-    if (session_append_eval(s, g->prop.ids, g->prop.n, g->prop.n + 1, NULL,
-                            NULL, err))
+    if (session_append_eval(s, g->prop.ids, g->prop.n, g->prop.n + 1,
+                            rows_wanted(g), NULL, NULL, err))
         return -1;
     int n_acc = 0;
     int32_t next = -1;
-    while (n_acc < g->prop.n &&
-           verify_token(g, session_logits(s, n_acc), n_acc, &next))
+    while (n_acc < g->prop.n && verify_token(g, n_acc, &next))
         n_acc++;
     if (n_acc == g->prop.n)
-        next = target_token(g, session_logits(s, n_acc));
+        next = target_token(g, n_acc);
     /* Keep pending + accepted drafts; the new token becomes pending. */
     kk_session_trim(s, n_before + n_acc);
     double now = now_seconds(), verify_s = now - t0;
@@ -336,7 +343,8 @@ static int start(struct generation *g, const int32_t *prompt, int n_prompt,
         kv_trim(s->kv, s->n_tokens - 1);
     }
     double t0 = now_seconds();
-    if (session_append_eval(s, prompt, n_prompt, 1, NULL, NULL, err))
+    if (session_append_eval(s, prompt, n_prompt, 1, rows_wanted(g), NULL,
+                            NULL, err))
         return -1;
     if (g->p->draft && g->p->spec != KK_SPEC_NGRAM &&
         g->p->spec != KK_SPEC_OFF &&
@@ -345,7 +353,7 @@ static int start(struct generation *g, const int32_t *prompt, int n_prompt,
     g->st.prefill_seconds = now_seconds() - t0;
     if (g->st.prefill_seconds > 0)
         g->st.prefill_tok_per_s = n_prompt / g->st.prefill_seconds;
-    int32_t first = target_token(g, session_logits(s, 0));
+    int32_t first = target_token(g, 0);
     if (session_push(s, &first, 1, err))
         return -1;
     g->st.accepted_by[KK_PROPOSER_TARGET]++;

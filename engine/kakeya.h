@@ -163,8 +163,20 @@ int kk_session_eval(struct kk_session *s, const int32_t *ids, int n,
                     bool all_logits,
                     void (*progress)(void *ud, int done, int total), void *ud,
                     struct kk_error *err);
-/* Logits row i of the last eval (0 = the only row unless all_logits). */
+/* Logits row i of the last eval (0 = the only row unless all_logits);
+ * NULL after kk_session_eval_greedy. */
 const float *kk_session_logits(const struct kk_session *s, int row);
+/* kk_session_eval for greedy decoding: what comes back of each row is only
+ * its argmax (kk_session_argmax), the token kk_sample picks at temperature
+ * 0. On a GPU that is made where the logits are, and 4 bytes a row cross
+ * back instead of n_vocab floats. */
+int kk_session_eval_greedy(struct kk_session *s, const int32_t *ids, int n,
+                           bool all_rows,
+                           void (*progress)(void *ud, int done, int total),
+                           void *ud, struct kk_error *err);
+/* Row i's argmax after kk_session_eval_greedy; -1 after kk_session_eval or
+ * for a row it did not compute. */
+int32_t kk_session_argmax(const struct kk_session *s, int row);
 
 /* ---- sampling and generation ---- */
 

@@ -12,6 +12,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "forward.h"
 #include "kakeya.h"
 
 struct backend;
@@ -39,10 +40,11 @@ struct kk_session {
 };
 
 /* Appends ids to the history and evaluates everything not yet in the
- * cache, in batches; logits for the last `n_logits` rows of the evaluated
- * span (at most max_batch, at least 1). */
+ * cache, in batches; for the last `n_logits` rows of the evaluated span
+ * (at most max_batch, at least 1) their logits or, with FORWARD_ARGMAX,
+ * their greedy choices (session_logits / session_argmax). */
 int session_append_eval(struct kk_session *s, const int32_t *ids, int n,
-                        int n_logits,
+                        int n_logits, enum forward_out out,
                         void (*progress)(void *ud, int done, int total),
                         void *ud, struct kk_error *err);
 
@@ -50,7 +52,9 @@ int session_append_eval(struct kk_session *s, const int32_t *ids, int n,
 int session_push(struct kk_session *s, const int32_t *ids, int n,
                  struct kk_error *err);
 
-/* Logits row i of the last evaluation. */
+/* Logits row i of the last evaluation (NULL after a FORWARD_ARGMAX one). */
 const float *session_logits(const struct kk_session *s, int row);
+/* Row i's greedy choice after a FORWARD_ARGMAX evaluation, else -1. */
+int32_t session_argmax(const struct kk_session *s, int row);
 
 #endif

@@ -5,7 +5,8 @@
  * that is the target itself gets every token accepted; a random draft gets
  * almost none accepted and changes nothing. Sampling: the acceptance rule
  * keeps the target's distribution (chi-square on real models' rows, with
- * drafts close to and far from the target). After generation the KV cache
+ * drafts close to and far from the target). Greedy decoding's rows come
+ * back as their argmax, the logits' own. After generation the KV cache
  * holds exactly the committed tokens. */
 #include <math.h>
 #include <setjmp.h>
@@ -334,6 +335,20 @@ static void test_rejection_sampling_keeps_target_distribution(void **state)
     unlink(path);
 }
 
+/* ---- greedy decoding reads only each row's argmax ---- */
+
+/* What greedy decoding asks of a pass (kk_session_eval_greedy), each row's
+ * argmax, is what the host would choose from its logits. */
+static void test_greedy_choices_are_the_logits_argmax(void **state)
+{
+    (void)state;
+    struct kk_model *m = testutil_open_golden("llama-smollm2-f32");
+    if (!m)
+        skip();
+    testutil_check_greedy_rows(m, KK_BACKEND_CPU, prompts[0]);
+    kk_model_close(m);
+}
+
 /* ---- the cache holds exactly the committed tokens ---- */
 
 static void check_cache_matches_fresh(struct kk_model *m,
@@ -451,6 +466,7 @@ int main(void)
         cmocka_unit_test(test_bad_draft_is_rejected_and_changes_nothing),
         cmocka_unit_test(test_draft_with_other_vocabulary_is_refused),
         cmocka_unit_test(test_rejection_sampling_keeps_target_distribution),
+        cmocka_unit_test(test_greedy_choices_are_the_logits_argmax),
         cmocka_unit_test(test_cache_holds_exactly_committed_tokens),
         cmocka_unit_test(test_stop_request_ends_at_a_step_boundary),
         cmocka_unit_test(test_full_context_stops_and_says_so),

@@ -11,7 +11,8 @@
  * inputs); kv_store byte for byte against kv.c's staged rows, and its f16
  * rounding at every half's midpoint; attention over full, masked, ring and
  * sink+window caches within 1e-4, and a query row's attention alone to the
- * bit of the same row in a batch. Without a
+ * bit of the same row in a batch; argmax picking each row's token as
+ * sample_argmax does, ties, NaNs and signed zeros included. Without a
  * Vulkan device every test prints "SKIP (no Vulkan device): <why>" and
  * skips. */
 #include <setjmp.h>
@@ -29,6 +30,7 @@
 #include "dtype.h"
 #include "kv.h"
 #include "quant.h"
+#include "sample.h"
 #include "vk_device.h"
 #include "vk_model.h"
 #include "vk_shaders.h"
@@ -742,6 +744,106 @@ static void test_add_elementwise_broadcast_and_grid_stride(void **state)
     /* fewer groups than the count needs: the grid-stride loop covers it */
     check_add(70001, 0, 3);
     check_add(70001, 333, 5);
+}
+
+/* ---- argmax ---- */
+
+/* Row r of a batch for argmax: random values, or one of the cases where
+ * sample_argmax's choice is a matter of rules (equal values, NaNs, signed
+ * zeros, infinities, subnormals). */
+static void argmax_row(float *x, int width, int r, uint64_t *s)
+{
+    const float nan = nanf(""), inf = INFINITY;
+    for (int i = 0; i < width; i++)
+        x[i] = uniform(s, -8.0f, 8.0f);
+    const int last = width - 1, mid = width / 2;
+    switch (r % 10) {
+    case 1:   /* the largest twice: the first */
+        x[mid] = x[last] = 9.0f;
+        break;
+    case 2:   /* the largest last */
+        x[last] = 9.0f;
+        break;
+    case 3:   /* a NaN first: 0, whatever follows */
+        x[0] = nan;
+        x[last] = 9.0f;
+        break;
+    case 4:   /* NaNs elsewhere are passed over */
+        for (int i = 1; i < width; i += 3)
+            x[i] = nan;
+        break;
+    case 5:   /* nothing but NaNs: 0 */
+        for (int i = 0; i < width; i++)
+            x[i] = nan;
+        break;
+    case 6:   /* -0 equals +0: the first zero */
+        for (int i = 0; i < width; i++)
+            x[i] = -1.0f;
+        x[mid] = -0.0f;
+        x[last] = 0.0f;
+        break;
+    case 7:   /* infinities: the first +inf; -inf everywhere else */
+        for (int i = 0; i < width; i++)
+            x[i] = -inf;
+        x[last] = inf;
+        x[mid] = inf;
+        break;
+    case 8:   /* subnormals, which a GPU may flush in a float compare */
+        for (int i = 0; i < width; i++)
+            x[i] = (float)(i % 7) * 1e-45f;
+        x[mid] = 8e-45f;
+        break;
+    case 9:   /* nothing but -inf: 0 */
+        for (int i = 0; i < width; i++)
+            x[i] = -inf;
+        break;
+    }
+}
+
+/* argmax over a batch of rows of `width` values (every case of
+ * argmax_row) and vk_argmax_choose over its pairs, against sample_argmax
+ * row by row. */
+static void check_argmax(int width, int n_rows)
+{
+    uint64_t s = (uint64_t)width * 7919u + (uint64_t)n_rows;
+    const size_t n = (size_t)width * (size_t)n_rows;
+    const uint32_t groups = ceil_div((uint64_t)width, VK_ARGMAX_SPAN);
+    const size_t pair_bytes = (size_t)n_rows * groups * 2 * sizeof(uint32_t);
+    float *x = malloc(n * sizeof *x);
+    uint32_t *pairs = malloc(pair_bytes);
+    assert_non_null(x);
+    assert_non_null(pairs);
+    for (int r = 0; r < n_rows; r++)
+        argmax_row(x + (size_t)r * width, width, r, &s);
+    struct vk_buffer bx = buffer_with(x, n * sizeof *x);
+    struct vk_buffer bpairs = buffer_with(NULL, pair_bytes);
+    const struct vk_buffer *bufs[] = {&bx, &bpairs};
+    struct vk_push_argmax push = {(uint32_t)width, (uint32_t)n_rows};
+    run("argmax", 2, bufs, &push, sizeof push, groups, (uint32_t)n_rows, 1);
+    download(&bpairs, pairs, pair_bytes);
+    for (int r = 0; r < n_rows; r++) {
+        const int32_t got = vk_argmax_choose(pairs + 2 * (size_t)r * groups,
+                                             groups);
+        const int32_t want = sample_argmax(x + (size_t)r * width, width);
+        if (got != want)
+            fail_msg("argmax width %d row %d (case %d): %d, want %d", width,
+                     r, r % 10, got, want);
+    }
+    vk_buffer_free(dev, &bx);
+    vk_buffer_free(dev, &bpairs);
+    free(x);
+    free(pairs);
+}
+
+static void test_argmax_chooses_as_sample_argmax(void **state)
+{
+    (void)state;
+    REQUIRE_DEVICE();
+    check_argmax(131077, 17);   /* a vocabulary, a verify block */
+    check_argmax(8192, 10);     /* whole spans */
+    check_argmax(2049, 10);     /* a span and one value */
+    check_argmax(257, 10);
+    check_argmax(3, 10);        /* fewer values than a subgroup */
 }
 
 /* ---- gated_act ---- */
@@ -2561,6 +2663,7 @@ int main(void)
         cmocka_unit_test(
             test_rope_norm_and_neox_match_cpu_and_leave_unrotated_dims),
         cmocka_unit_test(test_add_elementwise_broadcast_and_grid_stride),
+        cmocka_unit_test(test_argmax_chooses_as_sample_argmax),
         cmocka_unit_test(test_gated_act_silu_matches_cpu),
         cmocka_unit_test(test_gated_act_gelu_rounds_through_f16_like_ggml),
         cmocka_unit_test(test_kv_store_writes_kv_c_rows_byte_for_byte),

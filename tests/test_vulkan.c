@@ -11,7 +11,9 @@
  *     context many times the window, with speculative trims in between;
  *   - a checkpoint saved from the device and restored into a new session
  *     continues exactly as an uninterrupted run;
- *   - an f16 and a q8_0 cache on the device give the CPU's greedy tokens.
+ *   - an f16 and a q8_0 cache on the device give the CPU's greedy tokens;
+ *   - a row's greedy choice made on the device (argmax.comp) is the
+ *     argmax of its logits.
  * Without a Vulkan loader or device every test prints a loud SKIP line. */
 #include <math.h>
 #include <setjmp.h>
@@ -275,6 +277,20 @@ static void test_cache_types_give_the_cpu_tokens_on_vulkan(void **state)
     kk_model_close(m);
 }
 
+/* What greedy decoding reads back from the device, one int a row, is what
+ * the host would choose from the row's logits. */
+static void test_greedy_choices_are_the_logits_argmax_on_vulkan(void **state)
+{
+    (void)state;
+    if (!have_device())
+        skip();
+    struct kk_model *m = testutil_open_golden("llama-smollm2-f32");
+    if (!m)
+        skip();
+    testutil_check_greedy_rows(m, KK_BACKEND_VULKAN, prompt_text);
+    kk_model_close(m);
+}
+
 int main(void)
 {
     struct CMUnitTest tests[64];
@@ -291,6 +307,7 @@ int main(void)
         cmocka_unit_test(
             test_checkpoint_restores_on_vulkan_and_continues_exactly),
         cmocka_unit_test(test_cache_types_give_the_cpu_tokens_on_vulkan),
+        cmocka_unit_test(test_greedy_choices_are_the_logits_argmax_on_vulkan),
     };
     for (size_t i = 0; i < sizeof more / sizeof more[0]; i++)
         tests[n++] = more[i];

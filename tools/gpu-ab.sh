@@ -33,8 +33,10 @@
 #   OUT       where the reports go (default /tmp/gpu-ab); they are packed
 #             into OUT/all.tgz, since a device call brings back few files
 #
-# Each bench prints one line: decode tok/s, the median ms a token, prefill,
-# and verify times for L = 1, 2, 4, 8, 16.
+# Each bench prints a line: decode tok/s, the median ms a token, prefill,
+# and verify times for L = 1, 2, 4, 8, 16; and, where the binary measures
+# them, a second line with the same for greedy decoding (only each row's
+# argmax coming back).
 set -u
 cd "$(dirname "$0")/.."
 . tools/gpu-common.sh
@@ -77,10 +79,15 @@ except Exception as x:
     print(f"[{sys.argv[2]}] no result: {x}")
     sys.exit()
 v = {c["L"]: c["ms"] for c in e.get("verify_cost", [])}
+g = {c["L"]: c["ms"] for c in e.get("verify_cost_greedy", [])}
 print(f"[{sys.argv[2]}] decode {e['decode_tok_per_s']:.1f} tok/s"
       f" (median {e['decode_ms_median']:.3f} ms), prefill"
       f" {e['prefill_tok_per_s']:.0f}; verify ms "
       + " ".join(f"{L}:{v[L]:.2f}" for L in (1, 2, 4, 8, 16) if L in v))
+if "decode_greedy_tok_per_s" in e:
+    print(f"[{sys.argv[2]}] greedy: decode {e['decode_greedy_tok_per_s']:.1f}"
+          f" tok/s (median {e['decode_greedy_ms_median']:.3f} ms); verify ms "
+          + " ".join(f"{L}:{g[L]:.2f}" for L in (1, 2, 4, 8, 16) if L in g))
 EOF
 }
 

@@ -118,6 +118,12 @@ if e:
           f" {e['prefill_tok_per_s']:.0f} tok/s, c(2) {c.get(2, 0):.2f}"
           f" c(4) {c.get(4, 0):.2f} c(8) {c.get(8, 0):.2f}"
           f" c(16) {c.get(16, 0):.2f}")
+    g = {v["L"]: v["c"] for v in e.get("verify_cost_greedy", [])}
+    if g:
+        print(f"{p}: greedy (argmax rows): decode"
+              f" {e['decode_greedy_tok_per_s']:.1f} tok/s, c(2)"
+              f" {g.get(2, 0):.2f} c(4) {g.get(4, 0):.2f} c(8)"
+              f" {g.get(8, 0):.2f} c(16) {g.get(16, 0):.2f}")
 s = r.get("speculative")
 if s:
     print(f"{p}: {json.dumps(s)[:1500]}")

@@ -94,7 +94,7 @@ struct vk_backend {
     int qx_min_cols;   /* VK_QX_MIN_COLS, or 0 where KAKEYA_VK_QX=1 */
     struct vk_pipeline matmul_qx[2][VK_QX_FORMS];
     struct vk_pipeline rmsnorm, rmsnorm_add, rope, add, gated_act, kv_store,
-        rope_kv_store, rope_kv_store_norm, attention, attention_rope;
+        rope_kv_store, rope_kv_store_norm, attention, attention_rope, argmax;
     /* Host data of the pass being recorded (upload_alloc). The GPU may read
      * a region as soon as the copy that reads it is recorded, since chunks
      * of the pass are submitted while it is recorded; that is safe because
@@ -110,6 +110,14 @@ struct vk_backend {
     int n_rope_tables;        /* filled in this pass */
     int max_tokens, head_dim; /* what backend_reserve sized for */
     struct vk_buffer readback;
+    /* The greedy choices of a pass's rows (vkb_read_argmax): argmax.comp's
+     * pairs on the device and on their way back, then, once the pass is
+     * done (vkb_end), each row's choice made from them (argmax_rows rows
+     * of argmax_groups pairs, 0 when the pass asked for none). */
+    struct vk_buffer pairs, pairs_readback;
+    int32_t *ids;
+    int ids_cap, argmax_rows;
+    uint32_t argmax_groups;
     /* The bound cache: per layer, its key and value rows; the batch's
      * staged rows. */
     struct kv_cache *kv;
@@ -322,7 +330,9 @@ static int make_pipelines(struct vk_backend *be, struct kk_error *err)
                          err) ||
            make_pipeline(be, rowwise ? "attention_rope_cpu" : "attention_rope",
                          9, sizeof(struct vk_push_attention),
-                         &be->attention_rope, err)
+                         &be->attention_rope, err) ||
+           make_pipeline(be, "argmax", 2, sizeof(struct vk_push_argmax),
+                         &be->argmax, err)
                ? -1 : 0;
 }
 
@@ -412,10 +422,14 @@ static void vkb_free(struct backend *base)
         vk_buffer_free(be->dev, &be->rope_tables[i].buf);
     vk_buffer_free(be->dev, &be->upload);
     vk_buffer_free(be->dev, &be->readback);
+    vk_buffer_free(be->dev, &be->pairs);
+    vk_buffer_free(be->dev, &be->pairs_readback);
+    free(be->ids);
     struct vk_pipeline *ps[] = {&be->rmsnorm, &be->rmsnorm_add, &be->rope,
                                 &be->add, &be->gated_act, &be->kv_store,
                                 &be->rope_kv_store, &be->rope_kv_store_norm,
-                                &be->attention, &be->attention_rope};
+                                &be->attention, &be->attention_rope,
+                                &be->argmax};
     for (size_t i = 0; i < sizeof ps / sizeof ps[0]; i++)
         vk_pipeline_free(be->dev, ps[i]);
     for (int f = 0; f < N_GPU_FORMS; f++)
@@ -588,6 +602,7 @@ static void vkb_begin(struct backend *base)
     be->failed = false;
     be->upload_used = 0;
     be->n_rope_tables = 0;
+    be->argmax_rows = 0;
     if (vk_begin(be->dev, &be->fail))
         be->failed = true;
 }
@@ -604,6 +619,10 @@ static int vkb_end(struct backend *base, struct kk_error *err)
     }
     if (rc && err)
         *err = submit;
+    const uint32_t *pairs = be->pairs_readback.mapped;
+    for (int r = 0; rc == 0 && r < be->argmax_rows; r++)
+        be->ids[r] = vk_argmax_choose(
+            pairs + 2 * (size_t)r * be->argmax_groups, be->argmax_groups);
     return rc;
 }
 
@@ -628,6 +647,48 @@ static const float *vkb_read(struct backend *base, const struct be_tensor *t,
     }
     copy(be, buf(t), 0, &be->readback, 0, bytes);
     return be->readback.mapped;
+}
+
+/* Each row's greedy choice, made where the logits are (argmax.comp's
+ * pairs, a few hundred bytes a row, come back and vkb_end makes the
+ * choices from them) instead of the vocabulary's floats: 0.5 MB a token
+ * for a 128k vocabulary, 4 MB for a verify block of 8. */
+static const int32_t *vkb_read_argmax(struct backend *base,
+                                      const struct be_tensor *t, int rows)
+{
+    struct vk_backend *be = vkb(base);
+    const uint32_t groups = groups_of(t->width, VK_ARGMAX_SPAN);
+    /* sized for all of t's rows, made again only when t grows (as the
+     * logits' readback: an earlier pass's be_end waited for the old ones) */
+    const size_t bytes = (size_t)t->rows * groups * 2 * sizeof(uint32_t);
+    if (be->pairs.size < bytes) {
+        vk_buffer_free(be->dev, &be->pairs);
+        vk_buffer_free(be->dev, &be->pairs_readback);
+        if (vk_buffer_new(be->dev, bytes, VK_MEM_DEVICE, &be->pairs,
+                          &be->fail) ||
+            vk_buffer_new(be->dev, bytes, VK_MEM_READBACK,
+                          &be->pairs_readback, &be->fail)) {
+            be->failed = true;
+            return NULL;
+        }
+    }
+    if (be->ids_cap < t->rows) {
+        int32_t *ids = realloc(be->ids, (size_t)t->rows * sizeof *ids);
+        if (!ids) {
+            pass_fail(be, "out of memory for the greedy choices of a pass");
+            return NULL;
+        }
+        be->ids = ids;
+        be->ids_cap = t->rows;
+    }
+    const struct vk_push_argmax pc = {(uint32_t)t->width, (uint32_t)rows};
+    const struct vk_buffer *bufs[] = {buf(t), &be->pairs};
+    dispatch(be, &be->argmax, bufs, &pc, groups, (uint32_t)rows, 1);
+    copy(be, &be->pairs, 0, &be->pairs_readback, 0,
+         (VkDeviceSize)rows * groups * 2 * sizeof(uint32_t));
+    be->argmax_rows = rows;
+    be->argmax_groups = groups;
+    return be->ids;
 }
 
 /* ---- ops ---- */
@@ -1287,7 +1348,8 @@ static const struct backend_ops vk_ops = {
     .reserve = vkb_reserve, .bind_kv = vkb_bind_kv, .kv_pull = vkb_kv_pull,
     .kv_push = vkb_kv_push, .tensor_new = vkb_tensor_new,
     .tensor_free = vkb_tensor_free, .begin = vkb_begin, .end = vkb_end,
-    .read = vkb_read, .embed = vkb_embed, .folds_norm = true,
+    .read = vkb_read, .read_argmax = vkb_read_argmax, .embed = vkb_embed,
+    .folds_norm = true,
     .matmul = vkb_matmul,
     .matmul_multi = vkb_matmul_multi, .matmul_add = vkb_matmul_add,
     .gated_matmul = vkb_gated_matmul, .rope_kv_store = vkb_rope_kv_store,

@@ -114,6 +114,21 @@ uint32_t vk_qx_lanes(uint32_t rows, uint32_t n_cols, uint32_t subgroup)
     return lanes;
 }
 
+int32_t vk_argmax_choose(const uint32_t *pairs, uint32_t groups)
+{
+    uint32_t key = 0, index = UINT32_MAX;
+    for (uint32_t g = 0; g < groups; g++) {
+        const uint32_t k = pairs[2 * g], i = pairs[2 * g + 1];
+        if (k > key || (k == key && i < index)) {
+            key = k;
+            index = i;
+        }
+    }
+    /* no number in the row (key 0), or a NaN first (argmax.comp's key
+     * 0xffffffff, index 0): sample_argmax stays at 0 */
+    return key == 0 ? 0 : (int32_t)index;
+}
+
 int vk_shader_max_invocations(void)
 {
     int most = VK_ATTENTION_INVOCATIONS;

@@ -327,4 +327,24 @@ struct vk_push_attention {
 #define VK_ROPE_ATTENTION_BYTES 17408
 #define VK_ROPE_ATTENTION_ROWS 17
 
+/* argmax: the greedy choice of each of n_rows rows of `width` values —
+ * the index of the largest, the first of equal ones (-0 equals +0), never a
+ * NaN's: 0 when the row starts with a NaN or holds no number, as
+ * engine/sample.c's sample_argmax chooses — in two steps. On the device,
+ * workgroup (g, r) writes the pair (key, index) at word 2 (r groups + g)
+ * of PART (groups = the grid's x): the largest order key of values
+ * g VK_ARGMAX_SPAN .. (g + 1) VK_ARGMAX_SPAN of row r (a value's bits as
+ * an unsigned number in the floats' order; a NaN's key is 0) and the
+ * lowest index holding it; the first workgroup of a row that starts with a
+ * NaN writes the key 0xffffffff and index 0. On the host,
+ * vk_argmax_choose makes the row's choice from its pairs.
+ * bindings: 0 X (float, n_rows rows of width), 1 PART (uint,
+ * 2 groups n_rows). grid: (ceil(width / VK_ARGMAX_SPAN), n_rows, 1). */
+#define VK_ARGMAX_SPAN 2048
+struct vk_push_argmax {
+    uint32_t width, n_rows;
+};
+/* A row's choice from the `groups` pairs argmax wrote for it. */
+int32_t vk_argmax_choose(const uint32_t *pairs, uint32_t groups);
+
 #endif

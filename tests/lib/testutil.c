@@ -165,3 +165,45 @@ int testutil_prompt(struct kk_model *m, const char *text, int32_t *ids)
     return kk_tokenize(m, text, strlen(text), info.add_bos, false, ids, 256,
                        &err);
 }
+
+void testutil_check_greedy_rows(struct kk_model *m, enum kk_backend b,
+                                const char *text)
+{
+    int32_t prompt[256];
+    const int n = testutil_prompt(m, text, prompt);
+    assert_true(n > 1);
+    struct kk_model_info info;
+    kk_model_get_info(m, &info);
+    struct kk_session_params sp = {.n_ctx = 512, .n_threads = 2,
+                                   .max_batch = n, .backend = b};
+    struct kk_session *s;
+    struct kk_error err = {{0}};
+    if (kk_session_new(m, &sp, &s, &err))
+        fail_msg("%s", err.msg);
+    int32_t *want = malloc((size_t)n * sizeof *want);
+    float *scratch = malloc(2 * (size_t)info.n_vocab * sizeof *scratch);
+    assert_non_null(want);
+    assert_non_null(scratch);
+    const struct kk_sampling greedy = {.temperature = 0.0f, .top_p = 1.0f};
+    uint64_t rng = kk_rng_seed(1);
+    if (kk_session_eval(s, prompt, n, true, NULL, NULL, &err))
+        fail_msg("%s", err.msg);
+    for (int r = 0; r < n; r++) {
+        want[r] = kk_sample(&greedy, &rng, kk_session_logits(s, r),
+                            info.n_vocab, scratch);
+        assert_int_equal(kk_session_argmax(s, r), -1);
+    }
+    kk_session_trim(s, 0);
+    if (kk_session_eval_greedy(s, prompt, n, true, NULL, NULL, &err))
+        fail_msg("%s", err.msg);
+    assert_null(kk_session_logits(s, 0));
+    for (int r = 0; r < n; r++)
+        if (kk_session_argmax(s, r) != want[r])
+            fail_msg("%s row %d: greedy choice %d, the logits' argmax %d",
+                     kk_session_backend(s), r, kk_session_argmax(s, r),
+                     want[r]);
+    assert_int_equal(kk_session_argmax(s, n), -1);
+    free(want);
+    free(scratch);
+    kk_session_free(s);
+}

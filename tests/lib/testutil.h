@@ -9,6 +9,8 @@
 
 #include <cJSON.h>
 
+#include "kakeya.h"
+
 /* The shared data folder ($KK_SHARED, default "../shared"), or NULL after
  * printing a loud SKIP line when it does not exist. */
 const char *testutil_shared_dir(void);
@@ -35,6 +37,14 @@ struct kk_model *testutil_open_golden(const char *name);
 /* The token ids of a plain-text prompt, with BOS where the model adds one
  * (at most 256 ids). */
 int testutil_prompt(struct kk_model *m, const char *text, int32_t *ids);
+
+/* Evaluates the prompt `text` on backend b twice, for the logits of every
+ * row and (kk_session_eval_greedy) for only their greedy choices, and
+ * fails unless each row's choice is kk_sample's at temperature 0 from its
+ * logits — and the logits are gone after the greedy evaluation, the
+ * choices after the other. */
+void testutil_check_greedy_rows(struct kk_model *m, enum kk_backend b,
+                                const char *text);
 
 /* Runs a shell command line made like printf's; its exit status (-1 when
  * it did not exit). */
