@@ -105,9 +105,8 @@ const float *be_read(struct backend *be, const struct be_tensor *t, int rows);
 /* Instead of the rows themselves, the index of each one's largest value,
  * as sample_argmax (engine/sample.h) picks it, valid and owned as be_read's
  * rows: what greedy decoding needs of a row of logits, made where they
- * are. NULL from a backend that does not make it (the CPU, whose rows are
- * host memory already): be_read the rows then. A pass reads once, one
- * way or the other. */
+ * are (on a GPU, so that the rows never cross to the host). A pass reads
+ * once, one way or the other. */
 const int32_t *be_read_argmax(struct backend *be, const struct be_tensor *t,
                               int rows);
 

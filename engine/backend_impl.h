@@ -38,7 +38,6 @@ struct backend_ops {
     int (*end)(struct backend *be, struct kk_error *err);
     const float *(*read)(struct backend *be, const struct be_tensor *t,
                          int rows);
-    /* NULL where the logits are in host memory anyway (the CPU) */
     const int32_t *(*read_argmax)(struct backend *be,
                                   const struct be_tensor *t, int rows);
     void (*embed)(struct backend *be, const struct weight *w,

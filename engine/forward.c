@@ -12,7 +12,6 @@
 #include "error.h"
 #include "kv.h"
 #include "model.h"
-#include "sample.h"
 
 struct forward {
     const struct model *m;
@@ -28,12 +27,10 @@ struct forward {
     struct be_tensor *gate, *up; /* n_ff */
     struct be_tensor *logits; /* n_vocab; grown to the rows asked for */
     int32_t *pos;
-    /* What the last pass gave back: its logits or its rows' greedy
-     * choices, owned by be, or the choices made here from the logits
-     * (argmax, max_batch of them) where be does not make them. */
+    /* What the last pass gave back, owned by be: its logits or its rows'
+     * greedy choices (the other NULL). */
     const float *logits_host;
     const int32_t *argmax_host;
-    int32_t *argmax;
 };
 
 int forward_new(const struct model *m, struct backend *be, int max_batch,
@@ -61,8 +58,7 @@ int forward_new(const struct model *m, struct backend *be, int max_batch,
         }
     }
     f->pos = malloc((size_t)max_batch * sizeof(int32_t));
-    f->argmax = malloc((size_t)max_batch * sizeof(int32_t));
-    if (!f->pos || !f->argmax) {
+    if (!f->pos) {
         forward_free(f);
         return kk_fail(err, "out of memory allocating activations for "
                             "batches of %d tokens", max_batch);
@@ -88,7 +84,6 @@ void forward_free(struct forward *f)
     for (size_t i = 0; i < sizeof acts / sizeof acts[0]; i++)
         be_tensor_free(f->be, acts[i]);
     free(f->pos);
-    free(f->argmax);
     free(f);
 }
 
@@ -198,29 +193,6 @@ static int reserve_logits(struct forward *f, int rows, struct kk_error *err)
     return f->logits ? 0 : -1;
 }
 
-/* The rows' logits, or their greedy choices where the backend makes them
- * (else the logits, for forward_run to choose from once the pass is done). */
-static void read_rows(struct forward *f, int n_out, enum forward_out out)
-{
-    f->logits_host = NULL;
-    f->argmax_host = out == FORWARD_ARGMAX
-                         ? be_read_argmax(f->be, f->logits, n_out) : NULL;
-    if (!f->argmax_host)
-        f->logits_host = be_read(f->be, f->logits, n_out);
-}
-
-/* FORWARD_ARGMAX from a backend that gave the logits: the choices, made
- * here (the logits are not given out: a pass gives one or the other). */
-static void choose_rows(struct forward *f, int n_out)
-{
-    const int32_t n_vocab = f->m->hp.n_vocab;
-    for (int i = 0; i < n_out; i++)
-        f->argmax[i] = sample_argmax(f->logits_host + (size_t)i * n_vocab,
-                                     n_vocab);
-    f->argmax_host = f->argmax;
-    f->logits_host = NULL;
-}
-
 int forward_run(struct forward *f, struct kv_cache *kv, const int32_t *tokens,
                 int n, int logits_from, enum forward_out out,
                 struct kk_error *err)
@@ -250,7 +222,9 @@ int forward_run(struct forward *f, struct kv_cache *kv, const int32_t *tokens,
         }
         const struct be_norm norm = {m->output_norm, hp->rms_eps, f->h};
         be_matmul(be, &m->output, rows, &norm, n_out, f->logits);
-        read_rows(f, n_out, out);
+        const bool greedy = out == FORWARD_ARGMAX;
+        f->logits_host = greedy ? NULL : be_read(be, f->logits, n_out);
+        f->argmax_host = greedy ? be_read_argmax(be, f->logits, n_out) : NULL;
     }
     if (be_end(be, err)) {
         /* A device error leaves the cache's rows unknown: start it over
@@ -259,7 +233,5 @@ int forward_run(struct forward *f, struct kv_cache *kv, const int32_t *tokens,
         return -1;
     }
     kv->n_tokens = pos0 + n;
-    if (n_out > 0 && out == FORWARD_ARGMAX && !f->argmax_host)
-        choose_rows(f, n_out);
     return 0;
 }

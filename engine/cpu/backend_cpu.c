@@ -24,6 +24,7 @@
 #include "kv.h"
 #include "matmul.h"
 #include "quant.h"
+#include "sample.h"
 #include "simd_math.h"
 #include "threadpool.h"
 #include "weight_packs.h"
@@ -106,6 +107,7 @@ struct cpu_backend {
     int n_rope;            /* tables in use */
     float *rope_call;      /* max_tokens * head_dim: angles of one call
                               when its positions are not in the tables */
+    int32_t *argmax;       /* max_tokens: cpu_read_argmax's choices */
     /* GELU as ggml looks it up: fp16(gelu(h)) for every fp16 h (one entry
      * more, so a 32-bit gather of the last stays inside); made on first
      * use. */
@@ -157,6 +159,7 @@ static void cpu_free(struct backend *base)
     for (int i = 0; i < MAX_ROPE_TABLES; i++)
         free(be->rope[i].cs);
     free(be->rope_call);
+    free(be->argmax);
     free(be->gelu_table);
     free(be);
 }
@@ -224,7 +227,8 @@ static int cpu_reserve(struct backend *base, int max_tokens, int64_t max_cols,
             size_t b = matmul_prepared_bytes(types[i], padded, toks);
             need = b > need ? b : need;
         }
-        if (grow(&be->prep, need, err))
+        if (grow(&be->prep, need, err) ||
+            grow((void **)&be->argmax, (size_t)toks * sizeof(int32_t), err))
             return -1;
 
         be->prep_bytes = need;
@@ -763,6 +767,19 @@ static const float *cpu_read(struct backend *be, const struct be_tensor *t,
     return t->data;
 }
 
+/* The rows are host memory, computed already (ops run as they are
+ * called), so the choices are made now. */
+static const int32_t *cpu_read_argmax(struct backend *base,
+                                      const struct be_tensor *t, int rows)
+{
+    struct cpu_backend *be = cpu(base);
+    assert(rows <= be->max_tokens);
+    for (int r = 0; r < rows; r++)
+        be->argmax[r] = sample_argmax(t->data + (size_t)r * t->width,
+                                      (int32_t)t->width);
+    return be->argmax;
+}
+
 static void cpu_kv_store(struct backend *be, struct kv_cache *kv, int il,
                          int pos0, int n, const struct be_tensor *k,
                          const struct be_tensor *v)
@@ -783,7 +800,8 @@ static const struct backend_ops cpu_ops = {
     .reserve = cpu_reserve, .bind_kv = cpu_kv_noop, .kv_pull = cpu_kv_noop,
     .kv_push = cpu_kv_noop, .tensor_new = cpu_tensor_new,
     .tensor_free = cpu_tensor_free, .begin = cpu_begin, .end = cpu_end,
-    .read = cpu_read, .embed = cpu_embed, .matmul = cpu_matmul,
+    .read = cpu_read, .read_argmax = cpu_read_argmax, .embed = cpu_embed,
+    .matmul = cpu_matmul,
     .matmul_multi = cpu_matmul_multi, .copy_rows = cpu_copy_rows,
     .rmsnorm = cpu_rmsnorm, .rope = cpu_rope, .gated_act = cpu_gated_act,
     .add = cpu_add, .add_row = cpu_add_row, .kv_store = cpu_kv_store,

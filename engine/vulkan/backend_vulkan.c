@@ -626,25 +626,36 @@ static int vkb_end(struct backend *base, struct kk_error *err)
     return rc;
 }
 
+/* A buffer of a read (in `where` memory) of at least `need` bytes: *b, or,
+ * when that is shorter, a new one of `size` bytes in its place; false
+ * (the pass failed) when none can be made. A read's buffers are sized for
+ * all of its tensor's rows: host-visible memory is slow to allocate (it is
+ * pinned), so it is made once per size of the tensor, not per read. A pass
+ * reads back once (forward.c), so a buffer replaced here was last used by
+ * an earlier pass, which its be_end waited for; a second, larger read in
+ * one pass would free it under the first read's copy. */
+static bool read_buffer(struct vk_backend *be, struct vk_buffer *b,
+                        size_t need, size_t size, enum vk_memory where)
+{
+    if (b->size >= need)
+        return true;
+    vk_buffer_free(be->dev, b);
+    if (vk_buffer_new(be->dev, size, where, b, &be->fail)) {
+        be->failed = true;
+        return false;
+    }
+    return true;
+}
+
 static const float *vkb_read(struct backend *base, const struct be_tensor *t,
                              int rows)
 {
     struct vk_backend *be = vkb(base);
     size_t bytes = (size_t)rows * (size_t)t->width * sizeof(float);
-    /* Sized for all of t's rows: host-visible memory is slow to allocate
-     * (it is pinned), so it is made once per size of t, not per read. A pass
-     * reads back once (forward.c), so a buffer replaced here was last
-     * written by an earlier pass, which its be_end waited for; a second,
-     * larger read in one pass would free it under the first read's copy. */
     size_t whole = (size_t)t->rows * (size_t)t->width * sizeof(float);
-    if (be->readback.size < bytes) {
-        vk_buffer_free(be->dev, &be->readback);
-        if (vk_buffer_new(be->dev, whole > bytes ? whole : bytes,
-                          VK_MEM_READBACK, &be->readback, &be->fail)) {
-            be->failed = true;
-            return NULL;
-        }
-    }
+    if (!read_buffer(be, &be->readback, bytes, whole > bytes ? whole : bytes,
+                     VK_MEM_READBACK))
+        return NULL;
     copy(be, buf(t), 0, &be->readback, 0, bytes);
     return be->readback.mapped;
 }
@@ -658,20 +669,10 @@ static const int32_t *vkb_read_argmax(struct backend *base,
 {
     struct vk_backend *be = vkb(base);
     const uint32_t groups = groups_of(t->width, VK_ARGMAX_SPAN);
-    /* sized for all of t's rows, made again only when t grows (as the
-     * logits' readback: an earlier pass's be_end waited for the old ones) */
     const size_t bytes = (size_t)t->rows * groups * 2 * sizeof(uint32_t);
-    if (be->pairs.size < bytes) {
-        vk_buffer_free(be->dev, &be->pairs);
-        vk_buffer_free(be->dev, &be->pairs_readback);
-        if (vk_buffer_new(be->dev, bytes, VK_MEM_DEVICE, &be->pairs,
-                          &be->fail) ||
-            vk_buffer_new(be->dev, bytes, VK_MEM_READBACK,
-                          &be->pairs_readback, &be->fail)) {
-            be->failed = true;
-            return NULL;
-        }
-    }
+    if (!read_buffer(be, &be->pairs, bytes, bytes, VK_MEM_DEVICE) ||
+        !read_buffer(be, &be->pairs_readback, bytes, bytes, VK_MEM_READBACK))
+        return NULL;
     if (be->ids_cap < t->rows) {
         int32_t *ids = realloc(be->ids, (size_t)t->rows * sizeof *ids);
         if (!ids) {
