@@ -85,7 +85,8 @@ SHADER_NAMES := $(foreach f,$(MATMUL_FORMS),$(MATMUL_TYPES:%=$(f)%)) \
                 $(foreach n,1 4 8 8r2,matmul_qx$(n)_q8_0 matmul_qx$(n)_norm_q8_0) \
                 rmsnorm rmsnorm_add rope add gated_act \
                 kv_store rope_kv_store rope_kv_store_norm attention \
-                attention_cpu attention_rope attention_rope_cpu argmax
+                attention_cpu attention_rope attention_rope_cpu attention_merge \
+                argmax
 SPIRV      := $(SHADER_NAMES:%=$(BUILD)/shaders/%.spv)
 SPIRV_OBJ  := $(BUILD)/shaders/spirv.o
 GLSLC      ?= glslc

@@ -5,7 +5,9 @@
  * (weight bytes read per token / bandwidth) and decode's share of it, and
  * the verify cost ratio c(L) = time(forward of L tokens) / time(forward of
  * 1 token) for L = 1..16 — the price of checking a draft block of L tokens.
- * Each timing is the median of several repetitions. Decode and c(L) are
+ * Decode and c(L) are measured after a prompt of --context N tokens
+ * (default 256): past a few hundred, attention's share of a step grows
+ * with the context. Each timing is the median of several repetitions. Decode and c(L) are
  * measured twice: with the logits of the rows coming back (what sampling
  * needs) and with only their argmax (kk_session_eval_greedy: what greedy
  * decoding needs, which a GPU makes itself): "decode_greedy_tok_per_s",
@@ -323,11 +325,14 @@ int cmd_bench(int argc, char **argv)
     struct resume_bench_options ro = {.needles = "data/recall/needles.jsonl",
                                       .doc_tokens = 2000, .reps = 3};
     bool resume = false;
+    int context = 0;   /* --context, which --quick does not shorten */
     while (args_next(&a)) {
         if (args_is(&a, "-m", "--model"))
             o.model = args_value(&a);
         else if (args_is(&a, "-t", "--threads"))
             o.n_threads = args_int(&a, 1, 64);
+        else if (args_is(&a, NULL, "--context"))
+            context = args_int(&a, 16, 1 << 17);
         else if (args_is(&a, NULL, "--quick")) {
             o.n_prefill = 64;
             o.n_decode = 16;
@@ -360,6 +365,8 @@ int cmd_bench(int argc, char **argv)
     }
     if (a.failed)
         return 2;
+    if (context)
+        o.n_prefill = context;
     if (resume)
         return run_resume(&ro, so.model ? so.model : o.model, o.n_threads);
     if (!o.model && !so.model) {

@@ -22,7 +22,7 @@ static const char usage[] =
     "  mkmodel   --shape NAME --type F16|Q8_0|Q4_0 -o FILE [--vocab-from GGUF]\n"
     "            [--seed S] | --list   random weights, real shapes\n"
     "  bench     -m MODEL.gguf [--threads N] [--quick]   speed, as JSON\n"
-    "            [--backend B] [--device N] [--bandwidth GBS]\n"
+    "            [--backend B] [--device N] [--bandwidth GBS] [--context N]\n"
     "            --resume [--spec-model MODEL.gguf]   checkpoint resume vs\n"
     "            recompute over a 2,000-token document\n"
     "  list      [--db FILE]                 stored conversations\n"

@@ -52,6 +52,15 @@
  * word, q8_0 blocks not a multiple of 4, head_dim not a multiple of 4) take
  * a slower path value by value.
  *
+ * A decode step's row of a long context used to be the one workgroup of
+ * its head, walking the row's chunks in turn while the rest of the GPU
+ * waited (on the H200, 187 us a layer of the 1B shape after 8,000
+ * positions). attention_rope therefore cuts such rows into splits
+ * (att_split.glsl): workgroup z takes its splits of the row, each with the
+ * online softmax from scratch, and writes a partial per split (its
+ * maximum, its sum of exponentials, its weighted values) that
+ * attention_merge adds in order.
+ *
  * With -DATT_ROPE (attention_rope, attention_rope_cpu) the shader also
  * does rope_kv_store's work for a batch of up to 17 rows (decoding and
  * verifying): see "attention_rope" below. On the H200 it took a decode
@@ -69,6 +78,7 @@
 
 #include "common.glsl"
 #include "kv_slot.glsl"
+#include "att_split.glsl"
 
 /* Threads a workgroup (the Makefile's -DATT_WG; at least HD_MAX / 4, so
  * that a partition of 4 values a thread covers any head). */
@@ -91,6 +101,9 @@ layout(std430, binding = 5) writeonly buffer OutBuf { float o_out[]; };
 layout(std430, binding = 6) readonly buffer PosBuf { uint pos_words[]; };
 #ifdef ATT_ROPE
 layout(std430, binding = 0) readonly buffer QBuf4 { vec4 q4[]; };
+/* each split's partial: its maximum score, its sum of e^(s - max) and its
+ * head of sum e^(s - max) v, at split_at() (vk_shaders.h) */
+layout(std430, binding = 9) writeonly buffer PartBuf { float part_out[]; };
 /* the batch's rows go into their slots (one workgroup per kv head writes) */
 layout(std430, binding = 1) buffer KCache { uint kc[]; };
 layout(std430, binding = 2) buffer VCache { uint vc[]; };
@@ -122,7 +135,19 @@ layout(push_constant) uniform Push {
      * (has_norm, eps) and the bytes of one head of a row */
     uint n_rot, style, has_norm, head_bytes;
     float eps;
+    /* attention_rope: rows cut into splits of at least split_keys
+     * positions (0: none), at most max_splits of them (att_split.glsl),
+     * split_group of them a workgroup */
+    uint split_keys, split_group, max_splits, split_stride;
 } pc;
+
+#ifdef ATT_ROPE
+/* Where split sp of head h of row t keeps its partial. */
+uint split_at(uint t, uint h, uint sp)
+{
+    return ((t * pc.n_head + h) * pc.split_stride + sp) * (pc.head_dim + 2u);
+}
+#endif
 
 /* The chunk's arrays come in two copies used in turn (chunk c's are
  * [c & 1]); WG entries hold every subgroup's value whatever its size. */
@@ -508,8 +533,7 @@ void main()
                         (e0 & 1u) == 0u) ||
                        (pc.type == 2u && (pc.block & 3u) == 0u));
 
-    /* The batch's first position; whether its rows are in their slots
-     * already (else in the stage buffers, from row 0). */
+    /* The batch's first position. */
     const uint first = pos_words[pc.pos_at];
 #ifdef ATT_ROPE
     /* read from this workgroup's own rows, whatever went into the slots */
@@ -521,25 +545,41 @@ void main()
     if (pc.has_norm != 0u)
         norm_scales(qo, tid);
     stage_batch(t + 1u,
-                t + 1u == pc.n_rows && h % (pc.n_head / pc.n_head_kv) == 0u,
+                t + 1u == pc.n_rows && h % (pc.n_head / pc.n_head_kv) == 0u &&
+                    gl_WorkGroupID.z == 0u,
                 first, qo, tid);
     barrier();
 #else
     const bool in_place = pc.stage_in_place != 0u;
     const uint ks_base = 0u, vs_base = 0u, s_stride = pc.row_bytes, s_e = e0;
 #endif
-    /* What position p = pos0 + t sees (kv_visible), and the index of the
-     * first visible position in the stage buffers (>= pos0; none there
-     * when the batch is in place). */
+    /* What position p = first + t sees (kv_visible), and the index of
+     * the first visible position in the stage buffers (>= first; none
+     * there when the batch is in place). Found after the prologue, so that
+     * none of it holds registers there. */
     const int p = int(first + t);
-    const int w = int(pc.policy == 2u ? pc.layer_window : pc.model_window);
-    const int sink_end = pc.policy == 2u ? min(int(pc.n_sink), p + 1) : 0;
-    const int lo = w > 0 && p - w + 1 > sink_end ? p - w + 1 : sink_end;
-    const uint n_vis = uint(sink_end + max(0, p - lo + 1));
+    int sink_end, lo;
+    const uint n_vis = kv_visible(p, pc.policy, pc.n_sink,
+                                  pc.policy == 2u ? pc.layer_window
+                                                  : pc.model_window,
+                                  sink_end, lo);
     const int pos0 = int(first);
-    const uint v_stage = in_place ? n_vis
-                         : uint(pos0 <= sink_end ? pos0
-                                                 : sink_end + max(0, pos0 - lo));
+    /* This workgroup's splits of the row, [s0, s1), of row_keys
+     * positions each (att_split.glsl): each goes to a partial of its own,
+     * which attention_merge adds; a row that is not split is z = 0's
+     * whole, which writes its output. A row of fewer splits than the
+     * batch's most leaves its last workgroups nothing to do. */
+    uint row_keys;
+    const uint n_split = att_splits(n_vis, pc.split_keys, pc.max_splits,
+                                    row_keys);
+    const bool splitting = n_split > 1u;
+    const uint s0 = gl_WorkGroupID.z * max(pc.split_group, 1u);
+    if (s0 >= n_split)
+        return;   /* the whole workgroup (z is the same in all of it) */
+    const uint s1 = min(s0 + max(pc.split_group, 1u), n_split);
+    const uint v_stage =
+        in_place ? n_vis
+                 : uint(pos0 <= sink_end ? pos0 : sink_end + max(0, pos0 - lo));
 
 #ifndef ATT_ROPE
     if (tid < HD_MAX / 4u) {
@@ -562,99 +602,118 @@ void main()
     const uint part = tid / tpp, dv = 4u * (tid % tpp);
     const uint nv = dv < hd ? min(4u, hd - dv) : 0u;
 
-    float m = NEG_INF;   /* running maximum (the same in every thread) */
-    precise float l = 0.0; /* this thread's share of the running sum */
-    precise vec4 o = vec4(0.0); /* this thread's values of its partition's
-                                 * output (precise: see fma_dot) */
-
-    for (uint c0 = 0u; c0 < n_vis; c0 += WG) {
-        const uint cnt = min(WG, n_vis - c0);
-        const uint b = (c0 / WG) & 1u;  /* this chunk's copy of the arrays */
-        /* 1. score this thread's key */
-        precise float s = NEG_INF;
-        if (tid < cnt) {
-            const uint vi = c0 + tid;
-            const uint k = vi < uint(sink_end) ? vi
-                                               : uint(lo) + (vi - uint(sink_end));
-            const bool staged = !in_place && k >= first;
-            const uint row = staged ? k - first
-                                    : slot_of(k);
-            const uint off = staged ? ks_base + row * s_stride
-                                    : row * pc.row_bytes;
-            rsh[b][tid] = staged ? row | STAGED : row;
-            if (!fast) {
-                if (staged)
-                    DOT_SLOW(KS, off, s_e, s)
-                else
-                    DOT_SLOW(kc, off, e0, s)
-            } else if (pc.type == 1u) {
-                if (staged)
-                    DOT_LOOP(FETCH_F16, KS, off, s_e, s)
-                else
-                    DOT_LOOP(FETCH_F16, kc, off, e0, s)
-            } else if (pc.type == 2u) {
-                if (staged)
-                    DOT_LOOP(FETCH_Q8, KS, off, s_e, s)
-                else
-                    DOT_LOOP(FETCH_Q8, kc, off, e0, s)
-            } else {
-                if (staged)
-                    DOT_LOOP(FETCH_F32, KS, off, s_e, s)
-                else
-                    DOT_LOOP(FETCH_F32, kc, off, e0, s)
+    for (uint sp = s0; sp < s1; sp++) {
+        /* the split's visible positions [v0, v1) */
+        const uint v0 = sp * row_keys, v1 = min(v0 + row_keys, n_vis);
+        float m = NEG_INF;   /* running maximum (the same in every thread) */
+        precise float l = 0.0; /* this thread's share of the running sum */
+        precise vec4 o = vec4(0.0); /* this thread's values of its
+                                     * partition's output (precise: see
+                                     * fma_dot) */
+        for (uint c0 = v0; c0 < v1; c0 += WG) {
+            const uint cnt = min(WG, v1 - c0);
+            const uint b = (c0 / WG) & 1u;  /* this chunk's copy of arrays */
+            /* 1. score this thread's key */
+            precise float s = NEG_INF;
+            if (tid < cnt) {
+                const uint vi = c0 + tid;
+                const uint k = vi < uint(sink_end)
+                                   ? vi
+                                   : uint(lo) + (vi - uint(sink_end));
+                const bool staged = !in_place && k >= first;
+                const uint row = staged ? k - first
+                                        : slot_of(k);
+                const uint off = staged ? ks_base + row * s_stride
+                                        : row * pc.row_bytes;
+                rsh[b][tid] = staged ? row | STAGED : row;
+                if (!fast) {
+                    if (staged)
+                        DOT_SLOW(KS, off, s_e, s)
+                    else
+                        DOT_SLOW(kc, off, e0, s)
+                } else if (pc.type == 1u) {
+                    if (staged)
+                        DOT_LOOP(FETCH_F16, KS, off, s_e, s)
+                    else
+                        DOT_LOOP(FETCH_F16, kc, off, e0, s)
+                } else if (pc.type == 2u) {
+                    if (staged)
+                        DOT_LOOP(FETCH_Q8, KS, off, s_e, s)
+                    else
+                        DOT_LOOP(FETCH_Q8, kc, off, e0, s)
+                } else {
+                    if (staged)
+                        DOT_LOOP(FETCH_F32, KS, off, s_e, s)
+                    else
+                        DOT_LOOP(FETCH_F32, kc, off, e0, s)
+                }
+                s *= pc.scale;
             }
-            s *= pc.scale;
-        }
-        /* 2. the chunk's maximum, probabilities, and what came before
-         * rescaled */
-        const float m_new = max(m, workgroup_max(s, b));
-        precise float alpha = m == NEG_INF ? 0.0 : exp(m - m_new);
-        m = m_new;
-        precise float pr = tid < cnt ? exp(s - m_new) : 0.0;
-        psh[b][tid] = pr;
-        l = l * alpha + pr;
-        o *= alpha;
-        barrier();
-        /* 3. o += p V over this partition's keys of the chunk: those in
-         * the cache [part, split), then those staged [jb, cnt). No barrier
-         * after: the next chunk writes the other copy, and the one after
-         * writes this copy only once every thread is past the next
-         * chunk's first barrier, so done reading it here. */
-        if (nv > 0u) {
-            const uint split = clamp(v_stage, c0, c0 + cnt) - c0;
-            const uint jb = split <= part
-                                ? part
-                                : part + (split - part + parts - 1u) / parts * parts;
-            const uint rb = pc.row_bytes;
-            if (!fast) {
-                V_SLOW(vc, part, split, 0u, rb, e0)
-                V_SLOW(VS, jb, cnt, vs_base, s_stride, s_e)
-            } else if (pc.type == 1u) {
-                V_LOOP(FETCH_F16, vc, part, split, 0u, rb, e0)
-                V_LOOP(FETCH_F16, VS, jb, cnt, vs_base, s_stride, s_e)
-            } else if (pc.type == 2u) {
-                V_LOOP(FETCH_Q8, vc, part, split, 0u, rb, e0)
-                V_LOOP(FETCH_Q8, VS, jb, cnt, vs_base, s_stride, s_e)
-            } else {
-                V_LOOP(FETCH_F32, vc, part, split, 0u, rb, e0)
-                V_LOOP(FETCH_F32, VS, jb, cnt, vs_base, s_stride, s_e)
+            /* 2. the chunk's maximum, probabilities, and what came before
+             * rescaled */
+            const float m_new = max(m, workgroup_max(s, b));
+            precise float alpha = m == NEG_INF ? 0.0 : exp(m - m_new);
+            m = m_new;
+            precise float pr = tid < cnt ? exp(s - m_new) : 0.0;
+            psh[b][tid] = pr;
+            l = l * alpha + pr;
+            o *= alpha;
+            barrier();
+            /* 3. o += p V over this partition's keys of the chunk: those
+             * in the cache [part, cached), then those staged [jb, cnt). No
+             * barrier after: the next chunk writes the other copy, and the
+             * one after writes this copy only once every thread is past
+             * the next chunk's first barrier, so done reading it here. */
+            if (nv > 0u) {
+                const uint cached = clamp(v_stage, c0, c0 + cnt) - c0;
+                const uint jb =
+                    cached <= part
+                        ? part
+                        : part + (cached - part + parts - 1u) / parts * parts;
+                const uint rb = pc.row_bytes;
+                if (!fast) {
+                    V_SLOW(vc, part, cached, 0u, rb, e0)
+                    V_SLOW(VS, jb, cnt, vs_base, s_stride, s_e)
+                } else if (pc.type == 1u) {
+                    V_LOOP(FETCH_F16, vc, part, cached, 0u, rb, e0)
+                    V_LOOP(FETCH_F16, VS, jb, cnt, vs_base, s_stride, s_e)
+                } else if (pc.type == 2u) {
+                    V_LOOP(FETCH_Q8, vc, part, cached, 0u, rb, e0)
+                    V_LOOP(FETCH_Q8, VS, jb, cnt, vs_base, s_stride, s_e)
+                } else {
+                    V_LOOP(FETCH_F32, vc, part, cached, 0u, rb, e0)
+                    V_LOOP(FETCH_F32, VS, jb, cnt, vs_base, s_stride, s_e)
+                }
             }
         }
-    }
-
-    /* The sum of the partitions' outputs (workgroup_sum's barrier makes
-     * osh visible), over the sum of every thread's share. */
-    osh[4u * tid] = o.x;
-    osh[4u * tid + 1u] = o.y;
-    osh[4u * tid + 2u] = o.z;
-    osh[4u * tid + 3u] = o.w;
-    precise float inv = 1.0 / workgroup_sum(l);
-    /* Thread i of partition k holds values 4i .. 4i+3 at osh[4 (k tpp +
-     * i) ..]: value d of partition k is osh[4 tpp k + d]. */
-    for (uint d = tid; d < hd; d += WG) {
-        precise float sum = 0.0;
-        for (uint k = 0u; k < parts; k++)
-            sum += osh[k * 4u * tpp + d];
-        o_out[qo + d] = sum * inv;
+        /* The sum of the partitions' outputs (workgroup_sum's barrier
+         * makes osh visible), over (or, for a split, beside) the sum of
+         * every thread's share. osh is not written again before the next
+         * split's first barrier. */
+        osh[4u * tid] = o.x;
+        osh[4u * tid + 1u] = o.y;
+        osh[4u * tid + 2u] = o.z;
+        osh[4u * tid + 3u] = o.w;
+        precise float l_sum = workgroup_sum(l);
+        precise float inv = 1.0 / l_sum;
+        /* Thread i of partition k holds values 4i .. 4i+3 at osh[4 (k tpp
+         * + i) ..]: value d of partition k is osh[4 tpp k + d]. */
+        for (uint d = tid; d < hd; d += WG) {
+            precise float sum = 0.0;
+            for (uint k = 0u; k < parts; k++)
+                sum += osh[k * 4u * tpp + d];
+            if (!splitting) {
+                o_out[qo + d] = sum * inv;
+                continue;
+            }
+#ifdef ATT_ROPE
+            const uint at = split_at(t, h, sp);
+            if (d == 0u) {
+                part_out[at] = m;
+                part_out[at + 1u] = l_sum;
+            }
+            part_out[at + 2u + d] = sum;
+#endif
+        }
     }
 }

@@ -2236,6 +2236,11 @@ struct rope_attention_case {
     int sliding;
     int n_past, n;
     int sink_window, n_sink;
+    /* attention_rope's splits (vk_shaders.h): the fewest positions a split
+     * takes (0: none), the most splits a row (0: no limit), and splits a
+     * workgroup takes in a batch (0: 1); a row decoded alone is checked
+     * with one a workgroup */
+    int split_keys, max_splits, split_group;
 };
 
 /* Inputs both ways start from: the batch, its angles (and, at word
@@ -2346,14 +2351,40 @@ static void rope_then_attention(const struct rope_attention_case *c,
     rope_attention_buffers_free(&b);
 }
 
-/* n rows of a batch through attention_rope alone, on a cache whose rows
- * are k_in and v_in (bytes). */
+/* The most splits a row of case c. */
+static uint32_t rope_attention_max_splits(const struct rope_attention_case *c)
+{
+    return c->max_splits > 0 ? (uint32_t)c->max_splits : UINT32_MAX;
+}
+
+/* The most splits of a row of n rows of case c from position pos0 (1:
+ * none). */
+static uint32_t rope_attention_splits(const struct rope_attention_case *c,
+                                      const struct kv_cache *kv, int pos0,
+                                      int n)
+{
+    uint32_t most = 1;
+    for (int p = pos0; p < pos0 + n; p++) {
+        int sink_end, lo;
+        kv_visible(&kv->layers[0], c->sliding, p, &sink_end, &lo);
+        uint32_t row_keys;
+        const uint32_t splits = vk_attention_splits(
+            (uint32_t)(sink_end + (p - lo + 1 > 0 ? p - lo + 1 : 0)),
+            (uint32_t)c->split_keys, rope_attention_max_splits(c), &row_keys);
+        most = splits > most ? splits : most;
+    }
+    return most;
+}
+
+/* n rows of a batch through attention_rope alone (then attention_merge,
+ * where rows split, with `group` splits a workgroup), on a cache whose
+ * rows are k_in and v_in (bytes). */
 static void rope_attention_fused(const struct rope_attention_case *c,
                                  const struct kv_cache *kv,
                                  const struct rope_attention_data *d, int n,
-                                 const char *shader, const uint8_t *k_in,
-                                 const uint8_t *v_in, float *out,
-                                 uint8_t *k_rows, uint8_t *v_rows)
+                                 const char *shader, uint32_t group,
+                                 const uint8_t *k_in, const uint8_t *v_in,
+                                 float *out, uint8_t *k_rows, uint8_t *v_rows)
 {
     const size_t nq = (size_t)n * c->n_head * c->head_dim;
     const size_t cache = (size_t)kv->layers[0].capacity * kv->row_bytes;
@@ -2365,9 +2396,25 @@ static void rope_attention_fused(const struct rope_attention_case *c,
     pa.has_norm = c->norms;
     pa.head_bytes = (uint32_t)(kv->row_bytes / (size_t)c->n_head_kv);
     pa.eps = 1e-6f;
+    uint32_t pos0;
+    memcpy(&pos0, d->cs + d->pos_at, sizeof pos0);
+    const uint32_t splits = rope_attention_splits(c, kv, (int)pos0, n);
+    pa.split_keys = (uint32_t)c->split_keys;
+    pa.split_group = group;
+    pa.max_splits = rope_attention_max_splits(c);
+    pa.split_stride = splits;
+    struct vk_buffer parts = buffer_with(
+        NULL, (size_t)nq / (size_t)c->head_dim * splits *
+                  (size_t)(c->head_dim + 2) * 4);
     const struct vk_buffer *ab[] = {&b.q,   &b.kc, &b.vc, &b.k, &b.v,
-                                    &b.out, &b.cs, &b.qw, &b.kw};
-    run(shader, 9, ab, &pa, sizeof pa, (uint32_t)c->n_head, (uint32_t)n, 1);
+                                    &b.out, &b.cs, &b.qw, &b.kw, &parts};
+    run(shader, 10, ab, &pa, sizeof pa, (uint32_t)c->n_head, (uint32_t)n,
+        ceil_div(splits, group));
+    if (splits > 1)
+        run("attention_merge", 3,
+            (const struct vk_buffer *[]){&parts, &b.out, &b.cs}, &pa,
+            sizeof pa, (uint32_t)c->n_head, (uint32_t)n, 1);
+    vk_buffer_free(dev, &parts);
     download(&b.out, out, nq * 4);
     download(&b.kc, k_rows, cache);
     download(&b.vc, v_rows, cache);
@@ -2394,7 +2441,7 @@ static void rope_attention_row_alone(const struct rope_attention_case *c,
     const struct rope_attention_data row = {
         .q = d->q + t * row_q, .k = d->k + t * kv_dim, .v = d->v + t * kv_dim,
         .cs = cs, .qw = d->qw, .kw = d->kw, .pos_at = (uint32_t)n_rot};
-    rope_attention_fused(c, kv, &row, 1, shader, k_in, v_in, out, k_rows,
+    rope_attention_fused(c, kv, &row, 1, shader, 1, k_in, v_in, out, k_rows,
                          v_rows);
     free(cs);
 }
@@ -2477,15 +2524,20 @@ static void check_rope_attention(const struct rope_attention_case *c)
     uint8_t *row_k = malloc(cache), *row_v = malloc(cache);
     const struct kv_layer *L = &kv->layers[0];
     char what[160];
-    snprintf(what, sizeof what, "%s %s%s, %d rows after %d, head_dim %d",
+    snprintf(what, sizeof what,
+             "%s %s%s, %d rows after %d, head_dim %d, splits of %d or more "
+             "(at most %d, %d a workgroup)",
              kv_type_name(kv->type), kv_policy_name(L->policy),
-             c->norms ? ", heads normed" : "", n, c->n_past, hd);
+             c->norms ? ", heads normed" : "", n, c->n_past, hd,
+             c->split_keys, c->max_splits, c->split_group);
     const char *const pairs[][2] = {{"attention", "attention_rope"},
                                     {"attention_cpu", "attention_rope_cpu"}};
     for (int i = 0; i < 2; i++) {
         const char *shader = pairs[i][1];
-        rope_attention_fused(c, kv, &d, n, shader, L->k, L->v, got, got_k,
-                             got_v);
+        rope_attention_fused(c, kv, &d, n, shader,
+                             c->split_group > 0 ? (uint32_t)c->split_group
+                                                : 1,
+                             L->k, L->v, got, got_k, got_v);
         rope_then_attention(c, kv, &d, pairs[i][0], got_k, got_v, want,
                             want_k, want_v);
         expect_rows_near(c, kv, got_k, want_k, false, shader, what);
@@ -2547,6 +2599,59 @@ static void test_attention_rope_stores_rope_kv_store_bytes_and_rows_alone_bits(
         .type = KV_F16, .n_head = 8, .n_head_kv = 1, .head_dim = 128,
         .n_rot = 128, .style = 1, .norms = true, .sliding = 32, .n_past = 100,
         .n = 17};
+    check_rope_attention(&wide);
+}
+
+/* Rows that see more than split_keys positions are cut into splits whose
+ * partials attention_merge adds: the output is the unsplit attention's
+ * (within rounding) and a row gets the same bits in a batch (several
+ * splits a workgroup) as decoded alone (one) — the splits of a row depend
+ * on its position alone. Splits here are a few positions, so that small
+ * caches have many, and one may hold both cached and staged rows. */
+static void test_attention_rope_splits_long_rows_and_keeps_rows_alone_bits(
+    void **state)
+{
+    (void)state;
+    REQUIRE_DEVICE();
+    /* 57 positions seen by the last row, splits of 16: the third split
+     * holds cached positions 32..39 and the batch's from 40 on */
+    struct rope_attention_case c = {.type = KV_F16, .n_head = 4,
+                                    .n_head_kv = 2, .head_dim = 64,
+                                    .n_rot = 64, .n_past = 40, .n = 17,
+                                    .split_keys = 16, .split_group = 3};
+    check_rope_attention(&c);
+    /* a decode step of 4 splits, one a workgroup */
+    c.n = 1;
+    c.split_group = 1;
+    check_rope_attention(&c);
+    /* at most 3 splits a row, of whole 16s: 57 positions in 32 + 25, 41
+     * in 16 + 16 + 9 */
+    c.n = 17;
+    c.max_splits = 3;
+    c.split_group = 2;
+    check_rope_attention(&c);
+    /* rows of 11..16 positions whole, 17..19 split, in one batch */
+    const struct rope_attention_case edge = {
+        .type = KV_F32, .n_head = 2, .n_head_kv = 1, .head_dim = 64,
+        .n_rot = 32, .style = 1, .norms = true, .n_past = 10, .n = 9,
+        .split_keys = 16, .split_group = 2};
+    check_rope_attention(&edge);
+    /* a ring past its wrap and sink+window past its wrap */
+    const struct rope_attention_case ring = {
+        .type = KV_Q8_0, .n_head = 4, .n_head_kv = 1, .head_dim = 64,
+        .n_rot = 64, .style = 1, .norms = true, .sliding = 24, .n_past = 70,
+        .n = 5, .split_keys = 7, .split_group = 2};
+    check_rope_attention(&ring);
+    const struct rope_attention_case sink = {
+        .type = KV_F16, .n_head = 4, .n_head_kv = 2, .head_dim = 64,
+        .n_rot = 64, .n = 9, .n_past = 60, .sink_window = 24, .n_sink = 4,
+        .split_keys = 10, .split_group = 4};
+    check_rope_attention(&sink);
+    /* heads of 128 */
+    const struct rope_attention_case wide = {
+        .type = KV_F16, .n_head = 8, .n_head_kv = 1, .head_dim = 128,
+        .n_rot = 128, .style = 1, .norms = true, .n_past = 100, .n = 17,
+        .split_keys = 48, .split_group = 1};
     check_rope_attention(&wide);
 }
 
@@ -2622,7 +2727,8 @@ static void test_every_shader_is_embedded(void **state)
         "matmul_rows_q4_k", "matmul_rows_q6_k", "matmul_qx1_q8_0",
         "matmul_qx4_norm_q8_0", "matmul_qx8_q8_0",
         "rmsnorm", "rmsnorm_add", "rope", "add", "gated_act", "kv_store",
-        "rope_kv_store", "rope_kv_store_norm", "attention", "attention_cpu"};
+        "rope_kv_store", "rope_kv_store_norm", "attention", "attention_cpu",
+        "attention_rope", "attention_rope_cpu", "attention_merge", "argmax"};
     for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
         const struct vk_spirv *sh = vk_shader_find(names[i]);
         if (!sh)
@@ -2678,6 +2784,8 @@ int main(void)
             test_attention_gives_a_row_the_same_bits_alone_and_in_a_batch),
         cmocka_unit_test(
             test_attention_rope_stores_rope_kv_store_bytes_and_rows_alone_bits),
+        cmocka_unit_test(
+            test_attention_rope_splits_long_rows_and_keeps_rows_alone_bits),
     };
     return cmocka_run_group_tests(tests, open_device, close_device);
 }

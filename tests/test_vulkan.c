@@ -6,7 +6,8 @@
  *     tokens, teacher-forced logits within the type's tolerance, greedy
  *     continuations, full-vocabulary rows);
  *   - speculative greedy output is the plain greedy output, token for token,
- *     for the n-gram and draft proposers and several block lengths;
+ *     for the n-gram and draft proposers and several block lengths, also
+ *     past 512 positions, where attention splits a row;
  *   - a sliding-window ring cache gives the logits of a full cache over a
  *     context many times the window, with speculative trims in between;
  *   - a checkpoint saved from the device and restored into a new session
@@ -45,6 +46,18 @@ static bool have_device(void)
     return true;
 }
 
+/* Golden model `name`, or a skip (a loud line says why) when there is no
+ * Vulkan device or no such model. */
+static struct kk_model *golden_on_device(const char *name)
+{
+    if (!have_device())
+        skip();
+    struct kk_model *m = testutil_open_golden(name);
+    if (!m)
+        skip();
+    return m;
+}
+
 static void test_golden_model_on_vulkan(void **state)
 {
     if (!have_device())
@@ -52,10 +65,12 @@ static void test_golden_model_on_vulkan(void **state)
     golden_check_model(*state, KK_BACKEND_VULKAN);
 }
 
-static struct kk_session *new_session(struct kk_model *m, enum kk_backend b,
-                                      enum kk_kv_type kv, bool full_sliding)
+static struct kk_session *new_session_ctx(struct kk_model *m,
+                                          enum kk_backend b,
+                                          enum kk_kv_type kv,
+                                          bool full_sliding, int n_ctx)
 {
-    struct kk_session_params sp = {.n_ctx = 512, .n_threads = 2,
+    struct kk_session_params sp = {.n_ctx = n_ctx, .n_threads = 2,
                                    .max_batch = 24, .backend = b,
                                    .kv_type = kv,
                                    .kv_full_sliding = full_sliding};
@@ -64,6 +79,12 @@ static struct kk_session *new_session(struct kk_model *m, enum kk_backend b,
     if (kk_session_new(m, &sp, &s, &err))
         fail_msg("%s", err.msg);
     return s;
+}
+
+static struct kk_session *new_session(struct kk_model *m, enum kk_backend b,
+                                      enum kk_kv_type kv, bool full_sliding)
+{
+    return new_session_ctx(m, b, kv, full_sliding, 512);
 }
 
 struct run {
@@ -96,26 +117,28 @@ static void generate(struct kk_session *s, struct kk_session *draft,
 static const char *const prompt_text =
     "one two three four one two three four one two three four one two";
 
-/* m's greedy output on the Vulkan backend with n-gram and draft
- * speculation, in blocks of 0 (adaptive), 1, 4 and 16, equals its plain
- * greedy output. */
-static void check_speculative_equals_plain(struct kk_model *m)
+/* m's greedy output after prompt on the Vulkan backend (sessions of n_ctx)
+ * with n-gram and draft speculation, in blocks of 0 (adaptive), 1, 4 and
+ * 16, equals its plain greedy output. */
+static void check_speculative_equals_plain_after(struct kk_model *m,
+                                                 const int32_t *prompt,
+                                                 int n_prompt, int n_ctx)
 {
-    int32_t prompt[256];
-    int n_prompt = testutil_prompt(m, prompt_text, prompt);
     struct run plain, spec;
-    struct kk_session *s = new_session(m, KK_BACKEND_VULKAN, KK_KV_F16, false);
+    struct kk_session *s =
+        new_session_ctx(m, KK_BACKEND_VULKAN, KK_KV_F16, false, n_ctx);
     generate(s, NULL, prompt, n_prompt, KK_SPEC_OFF, 0, &plain);
     kk_session_free(s);
     assert_int_equal(plain.n, N_GEN);
     static const int blocks[] = {0, 1, 4, 16};
     for (int mode = KK_SPEC_NGRAM; mode <= KK_SPEC_DRAFT; mode++) {
         for (size_t bi = 0; bi < sizeof blocks / sizeof blocks[0]; bi++) {
-            s = new_session(m, KK_BACKEND_VULKAN, KK_KV_F16, false);
+            s = new_session_ctx(m, KK_BACKEND_VULKAN, KK_KV_F16, false,
+                                n_ctx);
             struct kk_session *draft =
                 mode == KK_SPEC_NGRAM
-                    ? NULL : new_session(m, KK_BACKEND_VULKAN, KK_KV_F16,
-                                         false);
+                    ? NULL : new_session_ctx(m, KK_BACKEND_VULKAN, KK_KV_F16,
+                                             false, n_ctx);
             generate(s, draft, prompt, n_prompt, (enum kk_spec_mode)mode,
                      blocks[bi], &spec);
             assert_int_equal(spec.n, plain.n);
@@ -127,6 +150,13 @@ static void check_speculative_equals_plain(struct kk_model *m)
     }
 }
 
+static void check_speculative_equals_plain(struct kk_model *m)
+{
+    int32_t prompt[256];
+    int n_prompt = testutil_prompt(m, prompt_text, prompt);
+    check_speculative_equals_plain_after(m, prompt, n_prompt, 512);
+}
+
 /* Speculative greedy output equals plain greedy output on the Vulkan
  * backend: with the forms the device picks, and with the integer forms
  * taking the Q8_0 products of normed x in decoding and verifying and the
@@ -136,15 +166,30 @@ static void check_speculative_equals_plain(struct kk_model *m)
 static void test_speculative_greedy_equals_plain_on_vulkan(void **state)
 {
     (void)state;
-    if (!have_device())
-        skip();
-    struct kk_model *m = testutil_open_golden("llama256-Q8_0");
-    if (!m)
-        skip();
+    struct kk_model *m = golden_on_device("llama256-Q8_0");
     check_speculative_equals_plain(m);
     setenv("KAKEYA_VK_QX", "1", 1);
     check_speculative_equals_plain(m);
     unsetenv("KAKEYA_VK_QX");
+    kk_model_close(m);
+}
+
+/* The same past 512 positions, where attention_rope cuts a row into
+ * splits whose partials attention_merge adds (vk_shaders.h): a prompt of
+ * 500 tokens (the short prompt's, over and over), so that decoding
+ * crosses 512 and verify blocks hold rows on both sides of it. */
+static void test_speculative_greedy_equals_plain_past_attention_splits(
+    void **state)
+{
+    (void)state;
+    struct kk_model *m = golden_on_device("llama256-Q8_0");
+    int32_t unit[256], prompt[500];
+    const int n_unit = testutil_prompt(m, prompt_text, unit);
+    assert_true(n_unit > 1);
+    prompt[0] = unit[0];
+    for (int i = 1; i < 500; i++)
+        prompt[i] = unit[1 + (i - 1) % (n_unit - 1)];
+    check_speculative_equals_plain_after(m, prompt, 500, 1024);
     kk_model_close(m);
 }
 
@@ -165,11 +210,7 @@ static float max_diff(const float *a, const float *b, int n)
 static void test_ring_cache_matches_full_cache_on_vulkan(void **state)
 {
     (void)state;
-    if (!have_device())
-        skip();
-    struct kk_model *m = testutil_open_golden("gemma3-f32");
-    if (!m)
-        skip();
+    struct kk_model *m = golden_on_device("gemma3-f32");
     struct kk_model_info info;
     kk_model_get_info(m, &info);
     struct kk_session *ring = new_session(m, KK_BACKEND_VULKAN, KK_KV_F32,
@@ -211,11 +252,7 @@ static void test_checkpoint_restores_on_vulkan_and_continues_exactly(
     void **state)
 {
     (void)state;
-    if (!have_device())
-        skip();
-    struct kk_model *m = testutil_open_golden("llama256-Q4_K_M");
-    if (!m)
-        skip();
+    struct kk_model *m = golden_on_device("llama256-Q4_K_M");
     int32_t prompt[256];
     int n_prompt = testutil_prompt(m, prompt_text, prompt);
     struct run whole, first, rest;
@@ -255,11 +292,7 @@ static void test_checkpoint_restores_on_vulkan_and_continues_exactly(
 static void test_cache_types_give_the_cpu_tokens_on_vulkan(void **state)
 {
     (void)state;
-    if (!have_device())
-        skip();
-    struct kk_model *m = testutil_open_golden("qwen3-f32");
-    if (!m)
-        skip();
+    struct kk_model *m = golden_on_device("qwen3-f32");
     int32_t prompt[256];
     int n_prompt = testutil_prompt(m, prompt_text, prompt);
     static const enum kk_kv_type types[] = {KK_KV_F16, KK_KV_Q8_0};
@@ -282,11 +315,7 @@ static void test_cache_types_give_the_cpu_tokens_on_vulkan(void **state)
 static void test_greedy_choices_are_the_logits_argmax_on_vulkan(void **state)
 {
     (void)state;
-    if (!have_device())
-        skip();
-    struct kk_model *m = testutil_open_golden("llama-smollm2-f32");
-    if (!m)
-        skip();
+    struct kk_model *m = golden_on_device("llama-smollm2-f32");
     testutil_check_greedy_rows(m, KK_BACKEND_VULKAN, prompt_text);
     kk_model_close(m);
 }
@@ -303,6 +332,8 @@ int main(void)
     }
     const struct CMUnitTest more[] = {
         cmocka_unit_test(test_speculative_greedy_equals_plain_on_vulkan),
+        cmocka_unit_test(
+            test_speculative_greedy_equals_plain_past_attention_splits),
         cmocka_unit_test(test_ring_cache_matches_full_cache_on_vulkan),
         cmocka_unit_test(
             test_checkpoint_restores_on_vulkan_and_continues_exactly),

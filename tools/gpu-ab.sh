@@ -27,6 +27,7 @@
 #             (Q8_0) or .gguf files of the tree (default llama3.2-1b);
 #             every round benchmarks every variant on each
 #   BANDWIDTH the GPU's bandwidth in GB/s, for the roofline (default 4800)
+#   BENCH_ARGS further arguments for every bench (e.g. "--context 4096")
 #   TESTS=1   run test_vk_ops on the GPU first
 #   PROFILE   variants (as VARIANTS) to time per dispatch afterwards
 #             (KAKEYA_VK_PROFILE=1, a --quick bench on the first model)
@@ -126,8 +127,9 @@ run() {
             tag=$(basename "$model" .gguf)
             for v in $variants; do
                 name=${v%%:*}
+                # shellcheck disable=SC2086
                 variant "$v" bench -m "$model" --backend vulkan \
-                    --bandwidth "${BANDWIDTH:-4800}" \
+                    --bandwidth "${BANDWIDTH:-4800}" ${BENCH_ARGS:-} \
                     > "$out/bench-$tag-$name-$r.json" \
                     2> "$out/bench-$tag-$name-$r.err"
                 summary "$out/bench-$tag-$name-$r.json" "$tag $name round $r"

@@ -94,7 +94,8 @@ struct vk_backend {
     int qx_min_cols;   /* VK_QX_MIN_COLS, or 0 where KAKEYA_VK_QX=1 */
     struct vk_pipeline matmul_qx[2][VK_QX_FORMS];
     struct vk_pipeline rmsnorm, rmsnorm_add, rope, add, gated_act, kv_store,
-        rope_kv_store, rope_kv_store_norm, attention, attention_rope, argmax;
+        rope_kv_store, rope_kv_store_norm, attention, attention_rope,
+        attention_merge, argmax;
     /* Host data of the pass being recorded (upload_alloc). The GPU may read
      * a region as soon as the copy that reads it is recorded, since chunks
      * of the pass are submitted while it is recorded; that is safe because
@@ -115,6 +116,9 @@ struct vk_backend {
      * done (vkb_end), each row's choice made from them (argmax_rows rows
      * of argmax_groups pairs, 0 when the pass asked for none). */
     struct vk_buffer pairs, pairs_readback;
+    /* attention_rope's partials of the rows it splits (vk_shaders.h;
+     * reserve_splits) */
+    struct vk_buffer splits;
     int32_t *ids;
     int ids_cap, argmax_rows;
     uint32_t argmax_groups;
@@ -329,8 +333,11 @@ static int make_pipelines(struct vk_backend *be, struct kk_error *err)
                          sizeof(struct vk_push_attention), &be->attention,
                          err) ||
            make_pipeline(be, rowwise ? "attention_rope_cpu" : "attention_rope",
-                         9, sizeof(struct vk_push_attention),
+                         10, sizeof(struct vk_push_attention),
                          &be->attention_rope, err) ||
+           make_pipeline(be, "attention_merge", 3,
+                         sizeof(struct vk_push_attention),
+                         &be->attention_merge, err) ||
            make_pipeline(be, "argmax", 2, sizeof(struct vk_push_argmax),
                          &be->argmax, err)
                ? -1 : 0;
@@ -424,12 +431,13 @@ static void vkb_free(struct backend *base)
     vk_buffer_free(be->dev, &be->readback);
     vk_buffer_free(be->dev, &be->pairs);
     vk_buffer_free(be->dev, &be->pairs_readback);
+    vk_buffer_free(be->dev, &be->splits);
     free(be->ids);
     struct vk_pipeline *ps[] = {&be->rmsnorm, &be->rmsnorm_add, &be->rope,
                                 &be->add, &be->gated_act, &be->kv_store,
                                 &be->rope_kv_store, &be->rope_kv_store_norm,
                                 &be->attention, &be->attention_rope,
-                                &be->argmax};
+                                &be->attention_merge, &be->argmax};
     for (size_t i = 0; i < sizeof ps / sizeof ps[0]; i++)
         vk_pipeline_free(be->dev, ps[i]);
     for (int f = 0; f < N_GPU_FORMS; f++)
@@ -463,12 +471,35 @@ static int vkb_threads(const struct backend *be)
 /* The upload buffer holds a pass's embedding rows (max_tokens x max_cols)
  * and its position tables; each table buffer max_tokens x head_dim angles
  * and a first position (struct rope_table). */
+/* Room for attention_rope's partials (vk_shaders.h): a verify block's
+ * rows of at most h = max_cols / head_dim heads, each head with the splits
+ * of a row that sees all n_ctx positions, and no more than
+ * max(h, VK_ATTENTION_SPLIT_HEADS) splits a row in all. */
+static int reserve_splits(struct vk_backend *be, int n_ctx, int64_t max_cols,
+                          int head_dim, struct kk_error *err)
+{
+    const int64_t heads = max_cols / head_dim;
+    const int64_t per_head = (n_ctx + VK_ATTENTION_SPLIT_KEYS - 1) /
+                             VK_ATTENTION_SPLIT_KEYS;
+    const int64_t cap = heads > VK_ATTENTION_SPLIT_HEADS
+                            ? heads : VK_ATTENTION_SPLIT_HEADS;
+    const int64_t per_row = heads * per_head < cap ? heads * per_head : cap;
+    const size_t bytes = (size_t)VK_ROPE_ATTENTION_ROWS * (size_t)per_row *
+                         (size_t)(head_dim + 2) * sizeof(float);
+    if (be->splits.buf && bytes <= be->splits.size)
+        return 0;
+    vk_buffer_free(be->dev, &be->splits);
+    return vk_buffer_new(be->dev, bytes, VK_MEM_DEVICE, &be->splits, err);
+}
+
 static int vkb_reserve(struct backend *base, int max_tokens, int64_t max_cols,
                        int n_ctx, int head_dim, int group,
                        struct kk_error *err)
 {
-    (void)n_ctx, (void)group;
+    (void)group;
     struct vk_backend *be = vkb(base);
+    if (reserve_splits(be, n_ctx, max_cols, head_dim, err))
+        return -1;
     if (max_tokens <= be->max_tokens && head_dim <= be->head_dim &&
         (size_t)max_tokens * (size_t)(max_cols + MAX_ROPE_TABLES * head_dim) *
                 sizeof(float) <= be->upload.size)
@@ -1301,6 +1332,52 @@ static bool rope_attention_takes(const struct kv_cache *kv, int il, int n,
            2 * VK_ROPE_ATTENTION_ROWS * head_bytes <= VK_ROPE_ATTENTION_BYTES;
 }
 
+/* attention_rope's splits for layer il's batch of n rows at pos0 (the
+ * split fields of pc, vk_shaders.h): rows that see more than
+ * VK_ATTENTION_SPLIT_KEYS positions (kv_visible) are split, into at most
+ * VK_ATTENTION_SPLIT_HEADS / n_head splits, the same for every batch.
+ * Workgroups take several of their row's splits in turn past
+ * VK_ATTENTION_SPLIT_WORKGROUPS. *merge says whether attention_merge must
+ * follow. Returns the workgroups in z, for the row of the most splits (not
+ * always the last: splits are whole units of VK_ATTENTION_SPLIT_KEYS), 0
+ * on failure (pass_fail). */
+static uint32_t attention_splits(struct vk_backend *be,
+                                 const struct kv_cache *kv, int il, int pos0,
+                                 int n, int n_head, int head_dim, int window,
+                                 struct vk_push_attention *pc, bool *merge)
+{
+    const uint32_t sk = VK_ATTENTION_SPLIT_KEYS;
+    pc->split_keys = sk;
+    pc->max_splits = (uint32_t)n_head < VK_ATTENTION_SPLIT_HEADS
+                         ? VK_ATTENTION_SPLIT_HEADS / (uint32_t)n_head
+                         : 1;
+    uint32_t most = 1;
+    for (int t = 0; t < n; t++) {
+        int sink_end, lo;
+        const int p = pos0 + t;
+        kv_visible(&kv->layers[il], window, p, &sink_end, &lo);
+        uint32_t row_keys;
+        const uint32_t splits = vk_attention_splits(
+            (uint32_t)(sink_end + (p - lo + 1 > 0 ? p - lo + 1 : 0)), sk,
+            pc->max_splits, &row_keys);
+        most = splits > most ? splits : most;
+    }
+    pc->split_group = 1;
+    pc->split_stride = most;
+    *merge = most > 1;
+    if (!*merge)
+        return 1;
+    if ((size_t)n * (size_t)n_head * most * (size_t)(head_dim + 2) *
+            sizeof(float) > be->splits.size) {
+        pass_fail(be, "internal: more attention splits than were reserved");
+        return 0;
+    }
+    const uint64_t rows = (uint64_t)n_head * (uint64_t)n * most;
+    pc->split_group = (uint32_t)((rows + VK_ATTENTION_SPLIT_WORKGROUPS - 1) /
+                                 VK_ATTENTION_SPLIT_WORKGROUPS);
+    return (most + pc->split_group - 1) / pc->split_group;
+}
+
 static void vkb_rope_attention(struct backend *base, struct kv_cache *kv,
                                int il, int pos0, int n, struct be_tensor *q,
                                int n_head, struct be_tensor *k,
@@ -1336,11 +1413,23 @@ static void vkb_rope_attention(struct backend *base, struct kv_cache *kv,
     pc.has_norm = rope->q_norm != NULL;
     pc.head_bytes = (uint32_t)(kv->row_bytes / (size_t)n_head_kv);
     pc.eps = rope->norm_eps;
+    bool merge;
+    const uint32_t groups_z =
+        attention_splits(be, kv, il, pos0, n, n_head, head_dim, window, &pc,
+                         &merge);
+    if (!groups_z)
+        return;
     const struct vk_buffer *bufs[] = {buf(q),   &be->kv_k[il], &be->kv_v[il],
                                       buf(k),   buf(v),        buf(out),
-                                      &rt->buf, qw,            kw};
+                                      &rt->buf, qw,            kw,
+                                      &be->splits};
     dispatch(be, &be->attention_rope, bufs, &pc, (uint32_t)n_head,
-             (uint32_t)n, 1);
+             (uint32_t)n, groups_z);
+    if (merge) {
+        const struct vk_buffer *parts[] = {&be->splits, buf(out), &rt->buf};
+        dispatch(be, &be->attention_merge, parts, &pc, (uint32_t)n_head,
+                 (uint32_t)n, 1);
+    }
     kv_stage_mark(kv, il, pos0, n);
 }
 

@@ -129,6 +129,18 @@ int32_t vk_argmax_choose(const uint32_t *pairs, uint32_t groups)
     return key == 0 ? 0 : (int32_t)index;
 }
 
+uint32_t vk_attention_splits(uint32_t n_vis, uint32_t split_keys,
+                             uint32_t max_splits, uint32_t *row_keys)
+{
+    *row_keys = n_vis;
+    if (split_keys == 0 || n_vis <= split_keys)
+        return 1;
+    const uint32_t units = (n_vis + split_keys - 1) / split_keys;
+    const uint32_t cap = max_splits > 1 ? max_splits : 1;
+    *row_keys = ((units - 1) / cap + 1) * split_keys;
+    return (n_vis + *row_keys - 1) / *row_keys;
+}
+
 int vk_shader_max_invocations(void)
 {
     int most = VK_ATTENTION_INVOCATIONS;

@@ -306,6 +306,8 @@ struct vk_push_attention {
     /* attention_rope only */
     uint32_t n_rot, style, has_norm, head_bytes;
     float eps;
+    /* attention_rope and attention_merge: splits of long rows (below) */
+    uint32_t split_keys, split_group, max_splits, split_stride;
 };
 
 /* attention_rope: rope_kv_store (with has_norm, rope_kv_store_norm) of a
@@ -319,13 +321,59 @@ struct vk_push_attention {
  * multiple of block), and a workgroup keeps its kv head's keys and values
  * of the batch in shared memory: 2 n_rows head_bytes at most
  * VK_ROPE_ATTENTION_BYTES.
+ *
+ * Splits: a row that sees n_vis > split_keys positions (split_keys > 0)
+ * is cut into vk_attention_splits(n_vis, split_keys, max_splits) splits
+ * of row_keys positions, a multiple of split_keys (the last may be
+ * shorter), in the order attention numbers them (0 .. n_vis - 1). Split
+ * s of head h of row t writes a partial of head_dim + 2 floats to PART at
+ * ((t n_head + h) split_stride + s) (head_dim + 2), split_stride at least
+ * the most splits of a row of the batch: its largest score m, the sum l
+ * of e^(score - m) over its positions, and head_dim values
+ * sum e^(score - m) V. attention_merge then makes those rows' outputs.
+ * Workgroup z takes splits z split_group .. (z + 1) split_group - 1 of its
+ * row (those that exist); a row not split is z = 0's whole, as without
+ * splits. The splits of a row depend on its position and the push
+ * constants alone, which the backend keeps the same for every batch, so a
+ * token gets the same bits decoded as verified. Why: a decode step has
+ * n_head workgroups, too few to fill a GPU, and each took its row's
+ * chunks of 512 positions in turn: on the H200, decoding the 1B shape
+ * after 8,000 positions took 3.8 ms a token, 2.5 after 4,096, against 1.1
+ * after 256.
  * bindings: 0 Q (float), 1 K cache, 2 V cache (uint, written), 3 K
  *           (float), 4 V (uint), 5 OUT, 6 POS and the angles
  *           (rope_kv_store's CS), 7 QW, 8 KW (float; any buffer when
- *           has_norm is 0).
- * grid: (n_head, n_rows, 1); attention_rope_cpu as attention_cpu. */
+ *           has_norm is 0), 9 PART (float, written; any buffer when
+ *           split_keys is 0).
+ * grid: (n_head, n_rows, ceil(most splits of a row / split_group));
+ * attention_rope_cpu as attention_cpu. */
 #define VK_ROPE_ATTENTION_BYTES 17408
 #define VK_ROPE_ATTENTION_ROWS 17
+/* The fewest positions a split takes (one chunk of the GPU attention's
+ * 512 threads), and the splits of a row's heads together at most (more
+ * heads than that: one split a head). On the H200 (1B shape, 32 heads,
+ * decoding after 8,000 positions): 4 splits a head (128 workgroups, about
+ * one to each of its 132 multiprocessors, which a workgroup of 512
+ * threads at ~117 registers fills) 1.80 ms a token, 8 1.85, 16 1.95;
+ * after 2,048, 4 splits 1.29 ms, 5 1.41 (two waves of workgroups). */
+#define VK_ATTENTION_SPLIT_KEYS 512
+#define VK_ATTENTION_SPLIT_HEADS 128
+/* The most workgroups the splits of a batch are spread over (a workgroup
+ * then takes several of its row's splits in turn). */
+#define VK_ATTENTION_SPLIT_WORKGROUPS 512
+/* A row of n_vis positions: its splits (1: not split) and, in *row_keys,
+ * the positions of each but the last (shaders/att_split.glsl's att_splits,
+ * the rule the shaders follow). */
+uint32_t vk_attention_splits(uint32_t n_vis, uint32_t split_keys,
+                             uint32_t max_splits, uint32_t *row_keys);
+
+/* attention_merge: the output of each row attention_rope split, from its
+ * partials: with M the largest m_s and w_s = e^(m_s - M),
+ *   out[t][h] = sum_s w_s o_s / sum_s w_s l_s,
+ * splits added in order; rows of split_keys visible positions or fewer
+ * are left as attention_rope wrote them. Push constants: attention_rope's.
+ * bindings: 0 PART (float), 1 OUT (float), 2 POS (uint).
+ * grid: (n_head, n_rows, 1). */
 
 /* argmax: the greedy choice of each of n_rows rows of `width` values —
  * the index of the largest, the first of equal ones (-0 equals +0), never a
