@@ -21,6 +21,9 @@
 # KK_GPU_SPEC=0  skip speculative vs plain on the default models (~3 min)
 # KK_GPU_PROFILE=1  also time every dispatch of each shape's quick bench
 #                (KAKEYA_VK_PROFILE=1; the table is in profile-SHAPE.err)
+# KK_GPU_CONTEXT  a second bench of each shape on the GPU after a prompt of
+#                this many tokens (default 4096; 0: none), where attention
+#                weighs more (bench-vulkan-SHAPE-ctxN)
 #
 # With .gpu/ present the binaries and libraries come from it; otherwise the
 # script builds here (a machine with the -dev packages). NVIDIA's stock ICD
@@ -78,6 +81,10 @@ for shape in $MODELS; do
         > /dev/null || { echo "mkmodel $shape failed"; status=1; continue; }
     step "bench-vulkan-$shape" "$K" bench -m "$f" --backend vulkan \
         "${bw_args[@]}"
+    [ "${KK_GPU_CONTEXT:-4096}" != 0 ] &&
+        step "bench-vulkan-$shape-ctx${KK_GPU_CONTEXT:-4096}" "$K" bench \
+            -m "$f" --backend vulkan --context "${KK_GPU_CONTEXT:-4096}" \
+            "${bw_args[@]}"
     [ "${KK_GPU_PROFILE:-0}" = 1 ] &&
         step "profile-$shape" env KAKEYA_VK_PROFILE=1 "$K" bench -m "$f" \
             --backend vulkan --quick "${bw_args[@]}"
@@ -112,7 +119,8 @@ except Exception:
 e = r.get("engine")
 if e:
     c = {v["L"]: v["c"] for v in e.get("verify_cost", [])}
-    print(f"{p}: decode {e['decode_tok_per_s']:.1f} tok/s"
+    print(f"{p}: after {e.get('prefill_tokens', 0)} positions, decode"
+          f" {e['decode_tok_per_s']:.1f} tok/s"
           f" ({100 * e.get('decode_share_of_roofline', 0):.1f}% of roofline"
           f" {e.get('roofline_tok_per_s', 0):.0f}), prefill"
           f" {e['prefill_tok_per_s']:.0f} tok/s, c(2) {c.get(2, 0):.2f}"

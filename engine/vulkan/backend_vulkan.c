@@ -468,9 +468,6 @@ static int vkb_threads(const struct backend *be)
     return 1;
 }
 
-/* The upload buffer holds a pass's embedding rows (max_tokens x max_cols)
- * and its position tables; each table buffer max_tokens x head_dim angles
- * and a first position (struct rope_table). */
 /* Room for attention_rope's partials (vk_shaders.h): a verify block's
  * rows of at most h = max_cols / head_dim heads, each head with the splits
  * of a row that sees all n_ctx positions, and no more than
@@ -492,6 +489,10 @@ static int reserve_splits(struct vk_backend *be, int n_ctx, int64_t max_cols,
     return vk_buffer_new(be->dev, bytes, VK_MEM_DEVICE, &be->splits, err);
 }
 
+/* The upload buffer holds a pass's embedding rows (max_tokens x max_cols)
+ * and its position tables; each table buffer max_tokens x head_dim angles
+ * and a first position (struct rope_table). Attention's partials get room
+ * for n_ctx positions (reserve_splits). */
 static int vkb_reserve(struct backend *base, int max_tokens, int64_t max_cols,
                        int n_ctx, int head_dim, int group,
                        struct kk_error *err)
