@@ -7,11 +7,11 @@
  * 1 token) for L = 1..16 — the price of checking a draft block of L tokens.
  * Decode and c(L) are measured after a prompt of --context N tokens
  * (default 256): past a few hundred, attention's share of a step grows
- * with the context. Each timing is the median of several repetitions. Decode and c(L) are
- * measured twice: with the logits of the rows coming back (what sampling
- * needs) and with only their argmax (kk_session_eval_greedy: what greedy
- * decoding needs, which a GPU makes itself): "decode_greedy_tok_per_s",
- * "verify_cost_greedy".
+ * with the context. Each timing is the median of several repetitions.
+ * Decode and c(L) are measured twice: with the logits of the rows coming
+ * back (what sampling needs) and with only their argmax
+ * (kk_session_eval_greedy: what greedy decoding needs, which a GPU makes
+ * itself): "decode_greedy_tok_per_s", "verify_cost_greedy".
  *
  * --backend picks where the engine computes (the JSON says which device);
  * on a GPU the host's bandwidth means nothing for the roofline, so

@@ -102,7 +102,7 @@ layout(std430, binding = 6) readonly buffer PosBuf { uint pos_words[]; };
 #ifdef ATT_ROPE
 layout(std430, binding = 0) readonly buffer QBuf4 { vec4 q4[]; };
 /* each split's partial: its maximum score, its sum of e^(s - max) and its
- * head of sum e^(s - max) v, at split_at() (vk_shaders.h) */
+ * head of sum e^(s - max) v, at split_at() (attention_push.glsl) */
 layout(std430, binding = 9) writeonly buffer PartBuf { float part_out[]; };
 /* the batch's rows go into their slots (one workgroup per kv head writes) */
 layout(std430, binding = 1) buffer KCache { uint kc[]; };
@@ -125,29 +125,7 @@ layout(std430, binding = 3) readonly buffer KStage { uint ks[]; };
 layout(std430, binding = 4) readonly buffer VStage { uint vs[]; };
 #endif
 
-layout(push_constant) uniform Push {
-    uint n_rows, pos_at, n_head, n_head_kv, head_dim;
-    uint type, block, row_bytes;
-    uint policy, capacity, n_sink, layer_window, model_window;
-    float scale;
-    uint stage_in_place;
-    /* attention_rope: the rotation (rope_kv_store's), the heads' norms
-     * (has_norm, eps) and the bytes of one head of a row */
-    uint n_rot, style, has_norm, head_bytes;
-    float eps;
-    /* attention_rope: rows cut into splits of at least split_keys
-     * positions (0: none), at most max_splits of them (att_split.glsl),
-     * split_group of them a workgroup */
-    uint split_keys, split_group, max_splits, split_stride;
-} pc;
-
-#ifdef ATT_ROPE
-/* Where split sp of head h of row t keeps its partial. */
-uint split_at(uint t, uint h, uint sp)
-{
-    return ((t * pc.n_head + h) * pc.split_stride + sp) * (pc.head_dim + 2u);
-}
-#endif
+#include "attention_push.glsl"
 
 /* The chunk's arrays come in two copies used in turn (chunk c's are
  * [c & 1]); WG entries hold every subgroup's value whatever its size. */
@@ -559,10 +537,7 @@ void main()
      * none of it holds registers there. */
     const int p = int(first + t);
     int sink_end, lo;
-    const uint n_vis = kv_visible(p, pc.policy, pc.n_sink,
-                                  pc.policy == 2u ? pc.layer_window
-                                                  : pc.model_window,
-                                  sink_end, lo);
+    const uint n_vis = att_visible(p, sink_end, lo);
     const int pos0 = int(first);
     /* This workgroup's splits of the row, [s0, s1), of row_keys
      * positions each (att_split.glsl): each goes to a partial of its own,
@@ -573,10 +548,11 @@ void main()
     const uint n_split = att_splits(n_vis, pc.split_keys, pc.max_splits,
                                     row_keys);
     const bool splitting = n_split > 1u;
-    const uint s0 = gl_WorkGroupID.z * max(pc.split_group, 1u);
+    const uint group = max(pc.split_group, 1u);
+    const uint s0 = gl_WorkGroupID.z * group;
     if (s0 >= n_split)
         return;   /* the whole workgroup (z is the same in all of it) */
-    const uint s1 = min(s0 + max(pc.split_group, 1u), n_split);
+    const uint s1 = min(s0 + group, n_split);
     const uint v_stage =
         in_place ? n_vis
                  : uint(pos0 <= sink_end ? pos0 : sink_end + max(0, pos0 - lo));

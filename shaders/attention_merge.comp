@@ -23,49 +23,33 @@ layout(std430, binding = 0) readonly buffer PartBuf { float part[]; };
 layout(std430, binding = 1) writeonly buffer OutBuf { float o_out[]; };
 layout(std430, binding = 2) readonly buffer PosBuf { uint pos_words[]; };
 
-/* attention's push constants (vk_push_attention); the fields after eps
- * are the ones this reads besides the visibility. */
-layout(push_constant) uniform Push {
-    uint n_rows, pos_at, n_head, n_head_kv, head_dim;
-    uint type, block, row_bytes;
-    uint policy, capacity, n_sink, layer_window, model_window;
-    float scale;
-    uint stage_in_place;
-    uint n_rot, style, has_norm, head_bytes;
-    float eps;
-    uint split_keys, split_group, max_splits, split_stride;
-} pc;
+#include "attention_push.glsl"
 
 void main()
 {
     const uint h = gl_WorkGroupID.x, t = gl_WorkGroupID.y;
-    const uint hd = pc.head_dim, words = hd + 2u;
     int sink_end, lo;
-    const uint n_vis = kv_visible(int(pos_words[pc.pos_at] + t), pc.policy,
-                                  pc.n_sink,
-                                  pc.policy == 2u ? pc.layer_window
-                                                  : pc.model_window,
-                                  sink_end, lo);
+    const uint n_vis = att_visible(int(pos_words[pc.pos_at] + t), sink_end,
+                                   lo);
     uint row_keys;
     const uint n = att_splits(n_vis, pc.split_keys, pc.max_splits, row_keys);
     if (n == 1u)
         return;
-    const uint base = (t * pc.n_head + h) * pc.split_stride * words;
     float mx = NEG_INF;
     for (uint s = 0u; s < n; s++)
-        mx = max(mx, part[base + s * words]);
+        mx = max(mx, part[split_at(t, h, s)]);
     precise float l = 0.0;
     for (uint s = 0u; s < n; s++) {
-        precise float w = exp(part[base + s * words] - mx);
-        l = l + part[base + s * words + 1u] * w;
+        precise float w = exp(part[split_at(t, h, s)] - mx);
+        l = l + part[split_at(t, h, s) + 1u] * w;
     }
     precise float inv = 1.0 / l;
-    const uint qo = (t * pc.n_head + h) * hd;
-    for (uint d = gl_LocalInvocationID.x; d < hd; d += WG) {
+    const uint qo = (t * pc.n_head + h) * pc.head_dim;
+    for (uint d = gl_LocalInvocationID.x; d < pc.head_dim; d += WG) {
         precise float sum = 0.0;
         for (uint s = 0u; s < n; s++) {
-            precise float w = exp(part[base + s * words] - mx);
-            sum = sum + part[base + s * words + 2u + d] * w;
+            precise float w = exp(part[split_at(t, h, s)] - mx);
+            sum = sum + part[split_at(t, h, s) + 2u + d] * w;
         }
         o_out[qo + d] = sum * inv;
     }

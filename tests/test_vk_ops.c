@@ -2363,17 +2363,9 @@ static uint32_t rope_attention_splits(const struct rope_attention_case *c,
                                       const struct kv_cache *kv, int pos0,
                                       int n)
 {
-    uint32_t most = 1;
-    for (int p = pos0; p < pos0 + n; p++) {
-        int sink_end, lo;
-        kv_visible(&kv->layers[0], c->sliding, p, &sink_end, &lo);
-        uint32_t row_keys;
-        const uint32_t splits = vk_attention_splits(
-            (uint32_t)(sink_end + (p - lo + 1 > 0 ? p - lo + 1 : 0)),
-            (uint32_t)c->split_keys, rope_attention_max_splits(c), &row_keys);
-        most = splits > most ? splits : most;
-    }
-    return most;
+    return vk_attention_most_splits(&kv->layers[0], c->sliding, pos0, n,
+                                    (uint32_t)c->split_keys,
+                                    rope_attention_max_splits(c));
 }
 
 /* n rows of a batch through attention_rope alone (then attention_merge,

@@ -116,12 +116,12 @@ struct vk_backend {
      * done (vkb_end), each row's choice made from them (argmax_rows rows
      * of argmax_groups pairs, 0 when the pass asked for none). */
     struct vk_buffer pairs, pairs_readback;
-    /* attention_rope's partials of the rows it splits (vk_shaders.h;
-     * reserve_splits) */
-    struct vk_buffer splits;
     int32_t *ids;
     int ids_cap, argmax_rows;
     uint32_t argmax_groups;
+    /* attention_rope's partials of the rows it splits (vk_shaders.h;
+     * reserve_splits) */
+    struct vk_buffer splits;
     /* The bound cache: per layer, its key and value rows; the batch's
      * staged rows. */
     struct kv_cache *kv;
@@ -476,8 +476,7 @@ static int reserve_splits(struct vk_backend *be, int n_ctx, int64_t max_cols,
                           int head_dim, struct kk_error *err)
 {
     const int64_t heads = max_cols / head_dim;
-    const int64_t per_head = (n_ctx + VK_ATTENTION_SPLIT_KEYS - 1) /
-                             VK_ATTENTION_SPLIT_KEYS;
+    const int64_t per_head = groups_of(n_ctx, VK_ATTENTION_SPLIT_KEYS);
     const int64_t cap = heads > VK_ATTENTION_SPLIT_HEADS
                             ? heads : VK_ATTENTION_SPLIT_HEADS;
     const int64_t per_row = heads * per_head < cap ? heads * per_head : cap;
@@ -1347,22 +1346,13 @@ static uint32_t attention_splits(struct vk_backend *be,
                                  int n, int n_head, int head_dim, int window,
                                  struct vk_push_attention *pc, bool *merge)
 {
-    const uint32_t sk = VK_ATTENTION_SPLIT_KEYS;
-    pc->split_keys = sk;
+    pc->split_keys = VK_ATTENTION_SPLIT_KEYS;
     pc->max_splits = (uint32_t)n_head < VK_ATTENTION_SPLIT_HEADS
                          ? VK_ATTENTION_SPLIT_HEADS / (uint32_t)n_head
                          : 1;
-    uint32_t most = 1;
-    for (int t = 0; t < n; t++) {
-        int sink_end, lo;
-        const int p = pos0 + t;
-        kv_visible(&kv->layers[il], window, p, &sink_end, &lo);
-        uint32_t row_keys;
-        const uint32_t splits = vk_attention_splits(
-            (uint32_t)(sink_end + (p - lo + 1 > 0 ? p - lo + 1 : 0)), sk,
-            pc->max_splits, &row_keys);
-        most = splits > most ? splits : most;
-    }
+    const uint32_t most =
+        vk_attention_most_splits(&kv->layers[il], window, pos0, n,
+                                 pc->split_keys, pc->max_splits);
     pc->split_group = 1;
     pc->split_stride = most;
     *merge = most > 1;
@@ -1373,10 +1363,9 @@ static uint32_t attention_splits(struct vk_backend *be,
         pass_fail(be, "internal: more attention splits than were reserved");
         return 0;
     }
-    const uint64_t rows = (uint64_t)n_head * (uint64_t)n * most;
-    pc->split_group = (uint32_t)((rows + VK_ATTENTION_SPLIT_WORKGROUPS - 1) /
-                                 VK_ATTENTION_SPLIT_WORKGROUPS);
-    return (most + pc->split_group - 1) / pc->split_group;
+    pc->split_group = groups_of((int64_t)n_head * n * most,
+                                VK_ATTENTION_SPLIT_WORKGROUPS);
+    return groups_of(most, pc->split_group);
 }
 
 static void vkb_rope_attention(struct backend *base, struct kv_cache *kv,

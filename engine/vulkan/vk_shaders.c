@@ -9,6 +9,8 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "kv.h"
+
 #define SHADER(n) extern const uint32_t kk_spv_##n[], kk_spv_##n##_end[];
 #include "shader_list.h"
 #undef SHADER
@@ -129,16 +131,31 @@ int32_t vk_argmax_choose(const uint32_t *pairs, uint32_t groups)
     return key == 0 ? 0 : (int32_t)index;
 }
 
-uint32_t vk_attention_splits(uint32_t n_vis, uint32_t split_keys,
-                             uint32_t max_splits, uint32_t *row_keys)
+/* A row of n_vis positions: its splits, as att_split.glsl's att_splits. */
+static uint32_t row_splits(uint32_t n_vis, uint32_t split_keys,
+                           uint32_t max_splits)
 {
-    *row_keys = n_vis;
     if (split_keys == 0 || n_vis <= split_keys)
         return 1;
     const uint32_t units = (n_vis + split_keys - 1) / split_keys;
     const uint32_t cap = max_splits > 1 ? max_splits : 1;
-    *row_keys = ((units - 1) / cap + 1) * split_keys;
-    return (n_vis + *row_keys - 1) / *row_keys;
+    const uint32_t row_keys = ((units - 1) / cap + 1) * split_keys;
+    return (n_vis + row_keys - 1) / row_keys;
+}
+
+uint32_t vk_attention_most_splits(const struct kv_layer *L, int window,
+                                  int pos0, int n, uint32_t split_keys,
+                                  uint32_t max_splits)
+{
+    uint32_t most = 1;
+    for (int p = pos0; p < pos0 + n; p++) {
+        int sink_end, lo;
+        kv_visible(L, window, p, &sink_end, &lo);
+        const int n_vis = sink_end + (p - lo + 1 > 0 ? p - lo + 1 : 0);
+        const uint32_t s = row_splits((uint32_t)n_vis, split_keys, max_splits);
+        most = s > most ? s : most;
+    }
+    return most;
 }
 
 int vk_shader_max_invocations(void)

@@ -323,9 +323,8 @@ struct vk_push_attention {
  * VK_ROPE_ATTENTION_BYTES.
  *
  * Splits: a row that sees n_vis > split_keys positions (split_keys > 0)
- * is cut into vk_attention_splits(n_vis, split_keys, max_splits) splits
- * of row_keys positions, a multiple of split_keys (the last may be
- * shorter), in the order attention numbers them (0 .. n_vis - 1). Split
+ * is cut into at most max_splits splits of row_keys positions, a multiple
+ * of split_keys (the last may be shorter; att_split.glsl), in the order attention numbers them (0 .. n_vis - 1). Split
  * s of head h of row t writes a partial of head_dim + 2 floats to PART at
  * ((t n_head + h) split_stride + s) (head_dim + 2), split_stride at least
  * the most splits of a row of the batch: its largest score m, the sum l
@@ -361,11 +360,14 @@ struct vk_push_attention {
 /* The most workgroups the splits of a batch are spread over (a workgroup
  * then takes several of its row's splits in turn). */
 #define VK_ATTENTION_SPLIT_WORKGROUPS 512
-/* A row of n_vis positions: its splits (1: not split) and, in *row_keys,
- * the positions of each but the last (shaders/att_split.glsl's att_splits,
- * the rule the shaders follow). */
-uint32_t vk_attention_splits(uint32_t n_vis, uint32_t split_keys,
-                             uint32_t max_splits, uint32_t *row_keys);
+/* The most splits of a row (1: none is split) among a batch's n rows at
+ * positions pos0.. of layer L, whose model window is `window` (kv.h's
+ * kv_visible): shaders/att_split.glsl's rule, which the shaders follow,
+ * applied on the host for the grid and split_stride. */
+struct kv_layer;
+uint32_t vk_attention_most_splits(const struct kv_layer *L, int window,
+                                  int pos0, int n, uint32_t split_keys,
+                                  uint32_t max_splits);
 
 /* attention_merge: the output of each row attention_rope split, from its
  * partials: with M the largest m_s and w_s = e^(m_s - M),
