@@ -85,7 +85,8 @@ SHADER_NAMES := $(foreach f,$(MATMUL_FORMS),$(MATMUL_TYPES:%=$(f)%)) \
                 $(foreach n,1 4 8 8r2,matmul_qx$(n)_q8_0 matmul_qx$(n)_norm_q8_0) \
                 rmsnorm rmsnorm_add rope add gated_act \
                 kv_store rope_kv_store rope_kv_store_norm attention \
-                attention_cpu attention_rope attention_rope_cpu attention_merge \
+                attention_cpu attention_rope attention_rope_h2 attention_rope_h4 \
+                attention_rope_cpu attention_merge \
                 argmax
 SPIRV      := $(SHADER_NAMES:%=$(BUILD)/shaders/%.spv)
 SPIRV_OBJ  := $(BUILD)/shaders/spirv.o
@@ -156,6 +157,12 @@ $(BUILD)/shaders/attention_rope.spv: shaders/attention.comp $(wildcard shaders/*
 $(BUILD)/shaders/attention_rope_cpu.spv: shaders/attention.comp $(wildcard shaders/*.glsl) Makefile
 	@mkdir -p $(dir $@)
 	$(GLSLC) $(GLSL_FLAGS) -DATT_ROPE -DATT_WG=64 $< -o $@
+
+# attention_rope for 2 or 4 query heads of a kv head a workgroup (each key
+# and value loaded once for all of them).
+$(BUILD)/shaders/attention_rope_h%.spv: shaders/attention.comp $(wildcard shaders/*.glsl) Makefile
+	@mkdir -p $(dir $@)
+	$(GLSLC) $(GLSL_FLAGS) -DATT_ROPE -DATT_HEADS=$* $< -o $@
 
 # rmsnorm that adds its output to a second row (a post-norm's block
 # output), and rope_kv_store that norms each head first (q/k norms).

@@ -61,6 +61,21 @@
  * maximum, its sum of exponentials, its weighted values) that
  * attention_merge adds in order.
  *
+ * A verify block of a long context read each kv head's keys and values
+ * once per query head and row: 4 times over for the query heads of a kv
+ * head of the 1B shape. attention_rope_h2 and _h4 (-DATT_HEADS) take 2 or
+ * 4 query heads of one kv head a workgroup: a thread loads its key once
+ * and scores it against each head, and a partition's value rows serve
+ * each head's output, while every head's sums (the dot products, the
+ * softmax, o += p v, the reductions) run in the order one head's run in,
+ * so each head gets attention_rope's bits (test_vk_ops, on lavapipe and on
+ * the NVIDIA driver) and the backend may pick the form per batch. The
+ * chain of work a workgroup does grows with its heads (a decode step's
+ * dispatch on the 1B shape 26.5 us with 4 against 14.2 with 1), so only a
+ * batch with more workgroups than the GPU runs at once gains: verifying 8
+ * tokens after 4,096 positions took 4.5 ms against 5.4, 16 tokens 6.6
+ * against 9.1 (H200, 1B shape).
+ *
  * With -DATT_ROPE (attention_rope, attention_rope_cpu) the shader also
  * does rope_kv_store's work for a batch of up to 17 rows (decoding and
  * verifying): see "attention_rope" below. On the H200 it took a decode
@@ -89,6 +104,26 @@
 #error "attention.comp: ATT_WG is at least HD_MAX / 4 = 64"
 #endif
 #define WG uint(ATT_WG)
+/* Query heads a workgroup (the Makefile's -DATT_HEADS; attention_rope_h2,
+ * _h4): heads h0 .. h0 + ATT_HEADS - 1 of one kv head, each key and value
+ * loaded once for all of them, each head's sums made as a workgroup of one
+ * head makes them (its bits). Past one head, subgroups are at least 8
+ * wide (the host's condition), which keeps the shared arrays in 48 KiB. */
+#ifndef ATT_HEADS
+#define ATT_HEADS 1
+#endif
+#define NH uint(ATT_HEADS)
+#if ATT_HEADS > 1 && !defined(ATT_ROPE)
+#error "attention.comp: several heads a workgroup only in attention_rope"
+#endif
+#if ATT_HEADS * 64 > ATT_WG
+#error "attention.comp: ATT_WG makes the query heads: 64 threads each"
+#endif
+#if ATT_HEADS > 1
+#define SG_MIN 8u
+#else
+#define SG_MIN 1u
+#endif
 #define HD_MAX 256u
 #define STAGED 0x80000000u  /* row index flag: in the stage buffers */
 #define V_STEP 8u           /* keys whose values are loaded together */
@@ -129,12 +164,17 @@ layout(std430, binding = 4) readonly buffer VStage { uint vs[]; };
 
 /* The chunk's arrays come in two copies used in turn (chunk c's are
  * [c & 1]); WG entries hold every subgroup's value whatever its size. */
-shared vec4 qsh[HD_MAX / 4u];   /* the query head, zero-padded to 4 */
-shared float msh[2][WG];        /* each subgroup's maximum score */
-shared float psh[2][WG];        /* the chunk's probabilities */
+shared vec4 qsh[NH][HD_MAX / 4u]; /* the query heads, zero-padded to 4 */
+shared float msh[2][NH][WG / SG_MIN]; /* each subgroup's maximum score */
 shared uint rsh[2][WG];         /* the chunk's rows: index | STAGED */
-shared float lsh[WG];           /* each subgroup's sum of l, at the end */
-shared float osh[4u * WG];      /* the partitions' outputs, at the end */
+shared float lsh[WG / SG_MIN];  /* each subgroup's sum of l, at the end */
+/* The chunk's probabilities, copy b and head q at PSH(b, q, 0), and at a
+ * split's end the partitions' outputs of one head at OSH(0) (4 WG: a
+ * thread's 4 values), which reuse the same words behind a barrier. */
+#define POOL_WORDS (NH > 1u ? 2u * NH * WG : 4u * WG)
+shared float pool[POOL_WORDS];
+#define PSH(b, q, j) pool[((b) * NH + (q)) * WG + (j)]
+#define OSH(i) pool[i]
 
 /* ---- reading values of a stored row ---- */
 
@@ -210,24 +250,36 @@ float fma_dot(vec4 a, vec4 b, float s)
     return r;
 }
 
-/* s = q . K-row head (values e0.., head_dim of them, a multiple of 32
- * then of 4), 8 fetches issued before any is used. */
+/* s[q] = query head q . K-row head (values e0.., head_dim of them, a
+ * multiple of 32 then of 4), 8 fetches issued before any is used; each
+ * head's sums in the same order whatever NH. */
 #define DOT_LOOP(FETCH, buf, off, e0, s)                                     \
     {                                                                        \
-        precise float s0_ = 0.0, s1_ = 0.0;                                  \
+        precise float s0_[NH], s1_[NH];                                      \
+        [[unroll]] for (uint q_ = 0u; q_ < NH; q_++) {                       \
+            s0_[q_] = 0.0;                                                   \
+            s1_[q_] = 0.0;                                                   \
+        }                                                                    \
         uint d_ = 0u;                                                        \
         for (; d_ + 32u <= pc.head_dim; d_ += 32u) {                         \
             vec4 f_[8];                                                      \
             [[unroll]] for (uint u_ = 0u; u_ < 8u; u_++)                     \
                 f_[u_] = FETCH(buf, off, (e0) + d_ + 4u * u_);               \
-            [[unroll]] for (uint u_ = 0u; u_ < 8u; u_ += 2u) {               \
-                s0_ = fma_dot(qsh[(d_ >> 2u) + u_], f_[u_], s0_);            \
-                s1_ = fma_dot(qsh[(d_ >> 2u) + u_ + 1u], f_[u_ + 1u], s1_);  \
-            }                                                                \
+            [[unroll]] for (uint u_ = 0u; u_ < 8u; u_ += 2u)                 \
+                [[unroll]] for (uint q_ = 0u; q_ < NH; q_++) {               \
+                    const uint i_ = (d_ >> 2u) + u_;                         \
+                    s0_[q_] = fma_dot(qsh[q_][i_], f_[u_], s0_[q_]);         \
+                    s1_[q_] = fma_dot(qsh[q_][i_ + 1u], f_[u_ + 1u],         \
+                                      s1_[q_]);                              \
+                }                                                            \
         }                                                                    \
-        for (; d_ < pc.head_dim; d_ += 4u)                                   \
-            s0_ = fma_dot(qsh[d_ >> 2u], FETCH(buf, off, (e0) + d_), s0_);   \
-        s = s0_ + s1_;                                                       \
+        for (; d_ < pc.head_dim; d_ += 4u) {                                 \
+            const vec4 f_ = FETCH(buf, off, (e0) + d_);                      \
+            [[unroll]] for (uint q_ = 0u; q_ < NH; q_++)                     \
+                s0_[q_] = fma_dot(qsh[q_][d_ >> 2u], f_, s0_[q_]);           \
+        }                                                                    \
+        [[unroll]] for (uint q_ = 0u; q_ < NH; q_++)                         \
+            s[q_] = s0_[q_] + s1_[q_];                                       \
     }
 
 /* Value e of the row at off of buf, value by value (a macro, so that a
@@ -237,12 +289,16 @@ float fma_dot(vec4 a, vec4 b, float s)
 /* The same, value by value, for any type and alignment. */
 #define DOT_SLOW(buf, off, e0, s)                                            \
     {                                                                        \
-        s = 0.0;                                                             \
-        for (uint d_ = 0u; d_ < pc.head_dim; d_++)                           \
-            s = fma(qsh[d_ >> 2u][d_ & 3u], VALUE(buf, off, (e0) + d_), s);  \
+        [[unroll]] for (uint q_ = 0u; q_ < NH; q_++)                         \
+            s[q_] = 0.0;                                                     \
+        for (uint d_ = 0u; d_ < pc.head_dim; d_++) {                         \
+            const float v_ = VALUE(buf, off, (e0) + d_);                     \
+            [[unroll]] for (uint q_ = 0u; q_ < NH; q_++)                     \
+                s[q_] = fma(qsh[q_][d_ >> 2u][d_ & 3u], v_, s[q_]);          \
+        }                                                                    \
     }
 
-/* o += p_j V_j (values dv .. dv+3) for this partition's keys j in
+/* o[q] += p_qj V_j (values dv .. dv+3) for this partition's keys j in
  * [jb, je) of chunk copy b (jb in the partition's sequence), V_STEP keys
  * per step with all their loads before the first use: keys past je are
  * clamped to a valid one and weigh 0, so no branch separates a load from
@@ -251,15 +307,18 @@ float fma_dot(vec4 a, vec4 b, float s)
 #define V_LOOP(FETCH, buf, jb, je, base, stride, eh)                         \
     for (uint j0_ = (jb); j0_ < (je); j0_ += V_STEP * parts) {               \
         vec4 v_[V_STEP];                                                     \
-        float p_[V_STEP];                                                    \
+        uint j_[V_STEP];                                                     \
         [[unroll]] for (uint u_ = 0u; u_ < V_STEP; u_++) {                   \
-            const uint j_ = min(j0_ + u_ * parts, (je) - 1u);                \
-            const uint off_ = (base) + (rsh[b][j_] & ~STAGED) * (stride);    \
+            j_[u_] = min(j0_ + u_ * parts, (je) - 1u);                       \
+            const uint off_ = (base) + (rsh[b][j_[u_]] & ~STAGED) * (stride);\
             v_[u_] = FETCH(buf, off_, (eh) + dv);                            \
-            p_[u_] = j0_ + u_ * parts < (je) ? psh[b][j_] : 0.0;             \
         }                                                                    \
         [[unroll]] for (uint u_ = 0u; u_ < V_STEP; u_++)                     \
-            o = fma(vec4(p_[u_]), v_[u_], o);                                \
+            [[unroll]] for (uint q_ = 0u; q_ < NH; q_++) {                   \
+                const float p_ =                                             \
+                    j0_ + u_ * parts < (je) ? PSH(b, q_, j_[u_]) : 0.0;      \
+                o[q_] = fma(vec4(p_), v_[u_], o[q_]);                        \
+            }                                                                \
     }
 
 /* The same, value by value (n of the 4 valid), for any type. */
@@ -269,7 +328,8 @@ float fma_dot(vec4 a, vec4 b, float s)
         vec4 v_ = vec4(0.0);                                                 \
         for (uint i_ = 0u; i_ < nv; i_++)                                    \
             v_[i_] = VALUE(buf, off_, (eh) + dv + i_);                       \
-        o = fma(vec4(psh[b][j_]), v_, o);                                    \
+        [[unroll]] for (uint q_ = 0u; q_ < NH; q_++)                         \
+            o[q_] = fma(vec4(PSH(b, q_, j_)), v_, o[q_]);                    \
     }
 
 /* The cache slot of position k (kv.h's kv_slot). */
@@ -281,20 +341,25 @@ uint slot_of(uint k)
 /* ---- reductions over the workgroup (every thread calls, in uniform
  * control flow; each holds one barrier) ---- */
 
-/* The largest x of the workgroup, in every thread: each subgroup's
- * (subgroupMax), through msh[b], then the largest of those, a few to a
- * lane, by subgroupMax again. Max is exact, so no order matters. */
-float workgroup_max(float x, uint b)
+/* The largest x[q] of the workgroup for each head q, in every thread:
+ * each subgroup's (subgroupMax), through msh[b], then the largest of
+ * those, a few to a lane, by subgroupMax again; one barrier for all heads.
+ * Max is exact, so no order matters. */
+void workgroup_max(float x[NH], uint b, out float y[NH])
 {
-    const float sub = subgroupMax(x);
-    if (subgroupElect())
-        msh[b][gl_SubgroupID] = sub;
+    [[unroll]] for (uint q = 0u; q < NH; q++) {
+        const float sub = subgroupMax(x[q]);
+        if (subgroupElect())
+            msh[b][q][gl_SubgroupID] = sub;
+    }
     barrier();
-    float y = NEG_INF;
-    for (uint i = gl_SubgroupInvocationID; i < gl_NumSubgroups;
-         i += gl_SubgroupSize)
-        y = max(y, msh[b][i]);
-    return subgroupMax(y);
+    [[unroll]] for (uint q = 0u; q < NH; q++) {
+        float z = NEG_INF;
+        for (uint i = gl_SubgroupInvocationID; i < gl_NumSubgroups;
+             i += gl_SubgroupSize)
+            z = max(z, msh[b][q][i]);
+        y[q] = subgroupMax(z);
+    }
 }
 
 /* The sum of x over the workgroup the same way, through lsh: the same
@@ -317,7 +382,7 @@ float workgroup_sum(float x)
 /* ---- attention_rope: rope_kv_store's work for this workgroup ----
  *
  * The batch (at most ROPE_MAX_ROWS rows) comes as the q/k/v products left
- * it: this workgroup norms (has_norm) and rotates its query head into qsh,
+ * it: this workgroup norms (has_norm) and rotates its query heads into qsh,
  * and norms, rotates and converts its kv head's keys and values of the
  * rows its query sees (0..t) into shared memory (hs), which it then reads
  * as the stage buffers are read; the last row's workgroup of the first
@@ -327,7 +392,7 @@ float workgroup_sum(float x)
  * NVIDIA compiler rounds a rotation's last bit its own way in one of the
  * two (a batch's own rows then differ by a rounding, test_vk_ops). What
  * speculative = plain needs holds either way: a decode step and a verify
- * block both come here. The query's values are made by the last threads
+ * block both come here. The queries' values are made by the last threads
  * and the rows' words by the first, so that their loads go out together:
  * decoding, the prologue costs one round trip, as qsh's load did. */
 #define ROPE_MAX_ROWS 17u
@@ -337,10 +402,10 @@ bool norm_keys;
 #include "norm.glsl"
 #include "rope.glsl"
 
-/* Each norm's subgroup sums (item 0 the query head, 1 + r key row r),
+/* Each norm's subgroup sums (item q < NH query head q, NH + r key row r),
  * then its scale. */
-shared float nsh[(ROPE_MAX_ROWS + 1u) * NORM_LANES];
-shared float scl[ROPE_MAX_ROWS + 1u];
+shared float nsh[(ROPE_MAX_ROWS + NH) * (NORM_LANES / SG_MIN)];
+shared float scl[ROPE_MAX_ROWS + NH];
 
 /* This workgroup's kv head and query row. */
 uint rope_g, rope_t;
@@ -407,7 +472,7 @@ uint kv_src_bits(uint i)
     if (!reading_keys)
         return v_raw[raw_row(r) + d];
     float x[1];
-    HEAD_VALUES(k_raw, kw, raw_row(r), r, scl[1u + r], d, 1u, x)
+    HEAD_VALUES(k_raw, kw, raw_row(r), r, scl[NH + r], d, 1u, x)
     return floatBitsToUint(x[0]);
 }
 #include "kv_convert.glsl"
@@ -421,7 +486,7 @@ uint kv_word_f(uint wi, bool keys)
     const uint i = wi * per, r = i / pc.head_dim, d = i - r * pc.head_dim;
     float x[2];
     if (keys) {
-        HEAD_VALUES(k_raw, kw, raw_row(r), r, scl[1u + r], d, 2u, x)
+        HEAD_VALUES(k_raw, kw, raw_row(r), r, scl[NH + r], d, 2u, x)
     } else {
         const uint at = raw_row(r) + d;
         x[0] = uintBitsToFloat(v_raw[at]);
@@ -433,24 +498,25 @@ uint kv_word_f(uint wi, bool keys)
            (kk_f32_bits_to_f16(floatBitsToUint(x[1])) << 16u);
 }
 
-/* The heads' norm scales into scl: item 0 the query head at q0, 1 + r
- * key row r, each by NORM_LANES lanes as rope_kv_store_norm finds them. */
+/* The heads' norm scales into scl: item q < NH the query head at q0 + q
+ * head_dim, NH + r key row r, each by NORM_LANES lanes as
+ * rope_kv_store_norm finds them. */
 void norm_scales(uint q0, uint tid)
 {
     const uint n = pc.n_rows, hd = pc.head_dim;
-    for (uint i0 = 0u; i0 <= n; i0 += WG / NORM_LANES) {
+    for (uint i0 = 0u; i0 < n + NH; i0 += WG / NORM_LANES) {
         const uint item = i0 + tid / NORM_LANES, lane = tid % NORM_LANES;
-        if (item <= n) {   /* the same for a whole subgroup */
-            norm_keys = item > 0u;
-            const uint base = item == 0u
-                                  ? q0
-                                  : ((item - 1u) * pc.n_head_kv + rope_g) * hd;
+        if (item < n + NH) {   /* the same for a whole subgroup */
+            norm_keys = item >= NH;
+            const uint base = item < NH
+                                  ? q0 + item * hd
+                                  : ((item - NH) * pc.n_head_kv + rope_g) * hd;
             NORM_PUT(nsh, item * norm_subgroups(), lane,
                      norm_lane_sum(base, hd, lane))
         }
     }
     barrier();
-    if (tid <= n) {
+    if (tid < n + NH) {
         precise float sc;
         NORM_SCALE(nsh, tid * norm_subgroups(), hd, pc.eps, sc)
         scl[tid] = sc;
@@ -460,18 +526,20 @@ void norm_scales(uint q0, uint tid)
 
 /* Rows 0..rows-1 of the batch's keys and values of kv head g into hs
  * (keys, then values, head_bytes a row) and, by `writer`, into their
- * slots; the query head starting at q0 into qsh. Visible to the whole
- * workgroup after the caller's barrier. */
+ * slots; the NH query heads starting at q0 (head_dim apart) into qsh.
+ * Visible to the whole workgroup after the caller's barrier. */
 void stage_batch(uint rows, bool writer, uint first, uint q0, uint tid)
 {
     const uint hw = pc.head_bytes / 4u;
-    const uint qi = tid + HD_MAX / 4u - WG;   /* the last threads' */
-    if (tid >= WG - HD_MAX / 4u) {
+    const uint qt = tid + NH * (HD_MAX / 4u) - WG;   /* the last threads' */
+    if (tid >= WG - NH * (HD_MAX / 4u)) {
+        const uint qh = qt / (HD_MAX / 4u), qi = qt % (HD_MAX / 4u);
         float x[4];
-        HEAD_VALUES(q, qw, q0, rope_t, scl[0], 4u * qi, 4u, x)
+        HEAD_VALUES(q, qw, q0 + qh * pc.head_dim, rope_t, scl[qh], 4u * qi,
+                    4u, x)
         const vec4 v = vec4(x[0], x[1], x[2], x[3]);
         const uvec4 d = 4u * qi + uvec4(0u, 1u, 2u, 3u);
-        qsh[qi] = mix(vec4(0.0), v, lessThan(d, uvec4(pc.head_dim)));
+        qsh[qh][qi] = mix(vec4(0.0), v, lessThan(d, uvec4(pc.head_dim)));
     }
     const kv_layout L = kv_layout(rows, pc.head_dim, pc.type, pc.block,
                                   pc.head_bytes);
@@ -499,7 +567,8 @@ void stage_batch(uint rows, bool writer, uint first, uint q0, uint tid)
 void main()
 {
     const uint tid = gl_LocalInvocationID.x;
-    const uint h = gl_WorkGroupID.x, t = gl_WorkGroupID.y;
+    /* query heads h .. h + NH - 1 of row t, of kv head g */
+    const uint h = gl_WorkGroupID.x * NH, t = gl_WorkGroupID.y;
     const uint hd = pc.head_dim;
     const uint g = h / (pc.n_head / pc.n_head_kv);
     const uint e0 = g * hd;
@@ -563,7 +632,7 @@ void main()
         [[unroll]] for (uint i = 0u; i < 4u; i++)
             if (4u * tid + i < hd)
                 v[i] = q[qo + 4u * tid + i];
-        qsh[tid] = v;
+        qsh[0][tid] = v;
     }
     barrier();
 #endif
@@ -581,16 +650,24 @@ void main()
     for (uint sp = s0; sp < s1; sp++) {
         /* the split's visible positions [v0, v1) */
         const uint v0 = sp * row_keys, v1 = min(v0 + row_keys, n_vis);
-        float m = NEG_INF;   /* running maximum (the same in every thread) */
-        precise float l = 0.0; /* this thread's share of the running sum */
-        precise vec4 o = vec4(0.0); /* this thread's values of its
-                                     * partition's output (precise: see
-                                     * fma_dot) */
+        /* per head: the running maximum (the same in every thread), this
+         * thread's share of the running sum, and its values of its
+         * partition's output (precise: see fma_dot) */
+        float m[NH];
+        precise float l[NH];
+        precise vec4 o[NH];
+        [[unroll]] for (uint q = 0u; q < NH; q++) {
+            m[q] = NEG_INF;
+            l[q] = 0.0;
+            o[q] = vec4(0.0);
+        }
         for (uint c0 = v0; c0 < v1; c0 += WG) {
             const uint cnt = min(WG, v1 - c0);
             const uint b = (c0 / WG) & 1u;  /* this chunk's copy of arrays */
-            /* 1. score this thread's key */
-            precise float s = NEG_INF;
+            /* 1. score this thread's key against each query head */
+            precise float s[NH];
+            [[unroll]] for (uint q = 0u; q < NH; q++)
+                s[q] = NEG_INF;
             if (tid < cnt) {
                 const uint vi = c0 + tid;
                 const uint k = vi < uint(sink_end)
@@ -623,17 +700,22 @@ void main()
                     else
                         DOT_LOOP(FETCH_F32, kc, off, e0, s)
                 }
-                s *= pc.scale;
+                [[unroll]] for (uint q = 0u; q < NH; q++)
+                    s[q] *= pc.scale;
             }
-            /* 2. the chunk's maximum, probabilities, and what came before
+            /* 2. the chunk's maxima, probabilities, and what came before
              * rescaled */
-            const float m_new = max(m, workgroup_max(s, b));
-            precise float alpha = m == NEG_INF ? 0.0 : exp(m - m_new);
-            m = m_new;
-            precise float pr = tid < cnt ? exp(s - m_new) : 0.0;
-            psh[b][tid] = pr;
-            l = l * alpha + pr;
-            o *= alpha;
+            float cmax[NH];
+            workgroup_max(s, b, cmax);
+            [[unroll]] for (uint q = 0u; q < NH; q++) {
+                const float m_new = max(m[q], cmax[q]);
+                precise float alpha = m[q] == NEG_INF ? 0.0 : exp(m[q] - m_new);
+                m[q] = m_new;
+                precise float pr = tid < cnt ? exp(s[q] - m_new) : 0.0;
+                PSH(b, q, tid) = pr;
+                l[q] = l[q] * alpha + pr;
+                o[q] *= alpha;
+            }
             barrier();
             /* 3. o += p V over this partition's keys of the chunk: those
              * in the cache [part, cached), then those staged [jb, cnt). No
@@ -662,34 +744,39 @@ void main()
                 }
             }
         }
-        /* The sum of the partitions' outputs (workgroup_sum's barrier
-         * makes osh visible), over (or, for a split, beside) the sum of
-         * every thread's share. osh is not written again before the next
-         * split's first barrier. */
-        osh[4u * tid] = o.x;
-        osh[4u * tid + 1u] = o.y;
-        osh[4u * tid + 2u] = o.z;
-        osh[4u * tid + 3u] = o.w;
-        precise float l_sum = workgroup_sum(l);
-        precise float inv = 1.0 / l_sum;
-        /* Thread i of partition k holds values 4i .. 4i+3 at osh[4 (k tpp
-         * + i) ..]: value d of partition k is osh[4 tpp k + d]. */
-        for (uint d = tid; d < hd; d += WG) {
-            precise float sum = 0.0;
-            for (uint k = 0u; k < parts; k++)
-                sum += osh[k * 4u * tpp + d];
-            if (!splitting) {
-                o_out[qo + d] = sum * inv;
-                continue;
-            }
+        /* Each head's output: the sum of the partitions' outputs (OSH,
+         * over the probabilities' words once every thread is done with
+         * them: the barrier; workgroup_sum's makes OSH visible), over (or,
+         * for a split, beside) the sum of every thread's share. The next
+         * head's, or the next split's, writes come after a barrier that
+         * every reader here has passed. */
+        [[unroll]] for (uint q = 0u; q < NH; q++) {
+            barrier();
+            OSH(4u * tid) = o[q].x;
+            OSH(4u * tid + 1u) = o[q].y;
+            OSH(4u * tid + 2u) = o[q].z;
+            OSH(4u * tid + 3u) = o[q].w;
+            precise float l_sum = workgroup_sum(l[q]);
+            precise float inv = 1.0 / l_sum;
+            /* Thread i of partition k holds values 4i .. 4i+3 at OSH(4 (k
+             * tpp + i) ..): value d of partition k is OSH(4 tpp k + d). */
+            for (uint d = tid; d < hd; d += WG) {
+                precise float sum = 0.0;
+                for (uint k = 0u; k < parts; k++)
+                    sum += OSH(k * 4u * tpp + d);
+                if (!splitting) {
+                    o_out[qo + q * hd + d] = sum * inv;
+                    continue;
+                }
 #ifdef ATT_ROPE
-            const uint at = split_at(t, h, sp);
-            if (d == 0u) {
-                part_out[at] = m;
-                part_out[at + 1u] = l_sum;
-            }
-            part_out[at + 2u + d] = sum;
+                const uint at = split_at(t, h + q, sp);
+                if (d == 0u) {
+                    part_out[at] = m[q];
+                    part_out[at + 1u] = l_sum;
+                }
+                part_out[at + 2u + d] = sum;
 #endif
+            }
         }
     }
 }

@@ -2368,13 +2368,22 @@ static uint32_t rope_attention_splits(const struct rope_attention_case *c,
                                     rope_attention_max_splits(c));
 }
 
-/* n rows of a batch through attention_rope alone (then attention_merge,
- * where rows split, with `group` splits a workgroup), on a cache whose
- * rows are k_in and v_in (bytes). */
+/* A form of attention_rope: its shader, the query heads a workgroup, and
+ * the separate attention shader it is checked against. */
+struct rope_attention_form {
+    const char *shader;
+    uint32_t heads;
+    const char *separate;
+};
+
+/* n rows of a batch through attention_rope form f alone (then
+ * attention_merge, where rows split, with `group` splits a workgroup), on
+ * a cache whose rows are k_in and v_in (bytes). */
 static void rope_attention_fused(const struct rope_attention_case *c,
                                  const struct kv_cache *kv,
                                  const struct rope_attention_data *d, int n,
-                                 const char *shader, uint32_t group,
+                                 const struct rope_attention_form *f,
+                                 uint32_t group,
                                  const uint8_t *k_in, const uint8_t *v_in,
                                  float *out, uint8_t *k_rows, uint8_t *v_rows)
 {
@@ -2400,8 +2409,8 @@ static void rope_attention_fused(const struct rope_attention_case *c,
                   (size_t)(c->head_dim + 2) * 4);
     const struct vk_buffer *ab[] = {&b.q,   &b.kc, &b.vc, &b.k, &b.v,
                                     &b.out, &b.cs, &b.qw, &b.kw, &parts};
-    run(shader, 10, ab, &pa, sizeof pa, (uint32_t)c->n_head, (uint32_t)n,
-        ceil_div(splits, group));
+    run(f->shader, 10, ab, &pa, sizeof pa, (uint32_t)c->n_head / f->heads,
+        (uint32_t)n, ceil_div(splits, group));
     if (splits > 1)
         run("attention_merge", 3,
             (const struct vk_buffer *[]){&parts, &b.out, &b.cs}, &pa,
@@ -2419,7 +2428,8 @@ static void rope_attention_fused(const struct rope_attention_case *c,
 static void rope_attention_row_alone(const struct rope_attention_case *c,
                                      const struct kv_cache *kv,
                                      const struct rope_attention_data *d,
-                                     int t, const char *shader,
+                                     int t,
+                                     const struct rope_attention_form *f,
                                      const uint8_t *k_in, const uint8_t *v_in,
                                      float *out, uint8_t *k_rows,
                                      uint8_t *v_rows)
@@ -2433,7 +2443,7 @@ static void rope_attention_row_alone(const struct rope_attention_case *c,
     const struct rope_attention_data row = {
         .q = d->q + t * row_q, .k = d->k + t * kv_dim, .v = d->v + t * kv_dim,
         .cs = cs, .qw = d->qw, .kw = d->kw, .pos_at = (uint32_t)n_rot};
-    rope_attention_fused(c, kv, &row, 1, shader, 1, k_in, v_in, out, k_rows,
+    rope_attention_fused(c, kv, &row, 1, f, 1, k_in, v_in, out, k_rows,
                          v_rows);
     free(cs);
 }
@@ -2480,7 +2490,10 @@ static void expect_rows_near(const struct rope_attention_case *c,
  * rounding: another shader), gives the attention output of rope_kv_store's
  * queries over those rows (within rounding), and gives each row of a batch
  * the bits of that row decoded alone, in both workgroup sizes — what keeps
- * greedy speculative output equal to plain. */
+ * greedy speculative output equal to plain. The forms of several query
+ * heads a workgroup (where the case's heads of a kv head divide into them
+ * and the device takes them) also give every head attention_rope's bits
+ * and store its bytes. */
 static void check_rope_attention(const struct rope_attention_case *c)
 {
     const int hd = c->head_dim, n = c->n;
@@ -2522,15 +2535,36 @@ static void check_rope_attention(const struct rope_attention_case *c)
              kv_type_name(kv->type), kv_policy_name(L->policy),
              c->norms ? ", heads normed" : "", n, c->n_past, hd,
              c->split_keys, c->max_splits, c->split_group);
-    const char *const pairs[][2] = {{"attention", "attention_rope"},
-                                    {"attention_cpu", "attention_rope_cpu"}};
-    for (int i = 0; i < 2; i++) {
-        const char *shader = pairs[i][1];
-        rope_attention_fused(c, kv, &d, n, shader,
+    static const struct rope_attention_form forms[] = {
+        {"attention_rope", 1, "attention"},
+        {"attention_rope_h2", 2, "attention"},
+        {"attention_rope_h4", 4, "attention"},
+        {"attention_rope_cpu", 1, "attention_cpu"}};
+    float *one_head = malloc(nq * 4);
+    uint8_t *one_head_k = malloc(cache), *one_head_v = malloc(cache);
+    for (size_t i = 0; i < sizeof forms / sizeof forms[0]; i++) {
+        const struct rope_attention_form *f = &forms[i];
+        if (f->heads > 1 &&
+            ((c->n_head / c->n_head_kv) % (int)f->heads ||
+             vk_device_subgroup_size(dev) < VK_ROPE_ATTENTION_HEADS_SUBGROUP))
+            continue;
+        const char *shader = f->shader;
+        rope_attention_fused(c, kv, &d, n, f,
                              c->split_group > 0 ? (uint32_t)c->split_group
                                                 : 1,
                              L->k, L->v, got, got_k, got_v);
-        rope_then_attention(c, kv, &d, pairs[i][0], got_k, got_v, want,
+        if (i == 0) {
+            memcpy(one_head, got, nq * 4);
+            memcpy(one_head_k, got_k, cache);
+            memcpy(one_head_v, got_v, cache);
+        } else if (f->heads > 1) {
+            expect_same_bits(got, one_head, nq, what, shader);
+            if (memcmp(got_k, one_head_k, cache) ||
+                memcmp(got_v, one_head_v, cache))
+                fail_msg("%s %s: stored other bytes than attention_rope",
+                         shader, what);
+        }
+        rope_then_attention(c, kv, &d, f->separate, got_k, got_v, want,
                             want_k, want_v);
         expect_rows_near(c, kv, got_k, want_k, false, shader, what);
         expect_rows_near(c, kv, got_v, want_v, true, shader, what);
@@ -2540,8 +2574,8 @@ static void check_rope_attention(const struct rope_attention_case *c)
                          "attention give %.9g", shader, what, j, got[j],
                          want[j]);
         for (int t = 0; t < n; t++) {
-            rope_attention_row_alone(c, kv, &d, t, shader, got_k, got_v,
-                                     alone, row_k, row_v);
+            rope_attention_row_alone(c, kv, &d, t, f, got_k, got_v, alone,
+                                     row_k, row_v);
             if (memcmp(row_k, got_k, cache) || memcmp(row_v, got_v, cache))
                 fail_msg("%s %s: row %d alone stored other bytes", shader,
                          what, t);
@@ -2550,9 +2584,9 @@ static void check_rope_attention(const struct rope_attention_case *c)
             expect_same_bits(alone, got + t * row_q, row_q, row, shader);
         }
     }
-    free(kin), free(vin), free(want), free(got), free(alone);
+    free(kin), free(vin), free(want), free(got), free(alone), free(one_head);
     free(want_k), free(want_v), free(got_k), free(got_v), free(row_k),
-        free(row_v);
+        free(row_v), free(one_head_k), free(one_head_v);
     free(d.q), free(d.k), free(d.v), free(d.cs), free(d.qw), free(d.kw);
     kv_free(kv);
 }
@@ -2720,7 +2754,8 @@ static void test_every_shader_is_embedded(void **state)
         "matmul_qx4_norm_q8_0", "matmul_qx8_q8_0",
         "rmsnorm", "rmsnorm_add", "rope", "add", "gated_act", "kv_store",
         "rope_kv_store", "rope_kv_store_norm", "attention", "attention_cpu",
-        "attention_rope", "attention_rope_cpu", "attention_merge", "argmax"};
+        "attention_rope", "attention_rope_h2", "attention_rope_h4",
+        "attention_rope_cpu", "attention_merge", "argmax"};
     for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
         const struct vk_spirv *sh = vk_shader_find(names[i]);
         if (!sh)

@@ -96,6 +96,11 @@ struct vk_backend {
     struct vk_pipeline rmsnorm, rmsnorm_add, rope, add, gated_act, kv_store,
         rope_kv_store, rope_kv_store_norm, attention, attention_rope,
         attention_merge, argmax;
+    /* attention_rope for 2 and 4 query heads of a kv head a workgroup
+     * (attention_rope_h2, _h4), where has_rope_heads: GPUs whose subgroups
+     * are at least VK_ROPE_ATTENTION_HEADS_SUBGROUP wide */
+    bool has_rope_heads;
+    struct vk_pipeline attention_rope_h2, attention_rope_h4;
     /* Host data of the pass being recorded (upload_alloc). The GPU may read
      * a region as soon as the copy that reads it is recorded, since chunks
      * of the pass are submitted while it is recorded; that is safe because
@@ -260,6 +265,27 @@ static int make_matmul_pipelines(struct vk_backend *be, const char *form,
     return 0;
 }
 
+/* attention_rope_h2 and _h4 where the device takes them (has_rope_heads):
+ * a GPU whose subgroups are wide enough. They are a speed-up, not a need:
+ * a device that cannot make them (say, less shared memory than their
+ * 45 KiB) runs attention_rope alone. */
+static void make_rope_heads_pipelines(struct vk_backend *be, bool rowwise)
+{
+    be->has_rope_heads = !rowwise && vk_device_subgroup_size(be->dev) >=
+                                         VK_ROPE_ATTENTION_HEADS_SUBGROUP;
+    if (!be->has_rope_heads)
+        return;
+    const uint32_t push = sizeof(struct vk_push_attention);
+    struct kk_error ignored;
+    if (make_pipeline(be, "attention_rope_h2", 10, push,
+                      &be->attention_rope_h2, &ignored) ||
+        make_pipeline(be, "attention_rope_h4", 10, push,
+                      &be->attention_rope_h4, &ignored)) {
+        vk_pipeline_free(be->dev, &be->attention_rope_h2);
+        be->has_rope_heads = false;
+    }
+}
+
 static int make_pipelines(struct vk_backend *be, struct kk_error *err)
 {
     bool rowwise = vk_device_is_cpu(be->dev);
@@ -340,7 +366,7 @@ static int make_pipelines(struct vk_backend *be, struct kk_error *err)
                          &be->attention_merge, err) ||
            make_pipeline(be, "argmax", 2, sizeof(struct vk_push_argmax),
                          &be->argmax, err)
-               ? -1 : 0;
+               ? -1 : (make_rope_heads_pipelines(be, rowwise), 0);
 }
 
 static int matmul_index(uint32_t type)
@@ -437,7 +463,9 @@ static void vkb_free(struct backend *base)
                                 &be->add, &be->gated_act, &be->kv_store,
                                 &be->rope_kv_store, &be->rope_kv_store_norm,
                                 &be->attention, &be->attention_rope,
-                                &be->attention_merge, &be->argmax};
+                                &be->attention_merge, &be->argmax,
+                                &be->attention_rope_h2,
+                                &be->attention_rope_h4};
     for (size_t i = 0; i < sizeof ps / sizeof ps[0]; i++)
         vk_pipeline_free(be->dev, ps[i]);
     for (int f = 0; f < N_GPU_FORMS; f++)
@@ -1333,18 +1361,14 @@ static bool rope_attention_takes(const struct kv_cache *kv, int il, int n,
 }
 
 /* attention_rope's splits for layer il's batch of n rows at pos0 (the
- * split fields of pc, vk_shaders.h): rows that see more than
- * VK_ATTENTION_SPLIT_KEYS positions (kv_visible) are split, into at most
- * VK_ATTENTION_SPLIT_HEADS / n_head splits, the same for every batch.
- * Workgroups take several of their row's splits in turn past
- * VK_ATTENTION_SPLIT_WORKGROUPS. *merge says whether attention_merge must
- * follow. Returns the workgroups in z, for the row of the most splits (not
- * always the last: splits are whole units of VK_ATTENTION_SPLIT_KEYS), 0
- * on failure (pass_fail). */
-static uint32_t attention_splits(struct vk_backend *be,
-                                 const struct kv_cache *kv, int il, int pos0,
-                                 int n, int n_head, int head_dim, int window,
-                                 struct vk_push_attention *pc, bool *merge)
+ * split fields of pc, vk_shaders.h, but split_group): rows that see more
+ * than VK_ATTENTION_SPLIT_KEYS positions (kv_visible) are split, into at
+ * most VK_ATTENTION_SPLIT_HEADS / n_head splits, the same for every batch.
+ * Returns the most splits of a row (1: none is split; not always the last
+ * row's: splits are whole units of VK_ATTENTION_SPLIT_KEYS). */
+static uint32_t attention_splits(const struct kv_cache *kv, int il, int pos0,
+                                 int n, int n_head, int window,
+                                 struct vk_push_attention *pc)
 {
     pc->split_keys = VK_ATTENTION_SPLIT_KEYS;
     pc->max_splits = (uint32_t)n_head < VK_ATTENTION_SPLIT_HEADS
@@ -1353,17 +1377,60 @@ static uint32_t attention_splits(struct vk_backend *be,
     const uint32_t most =
         vk_attention_most_splits(&kv->layers[il], window, pos0, n,
                                  pc->split_keys, pc->max_splits);
-    pc->split_group = 1;
     pc->split_stride = most;
-    *merge = most > 1;
-    if (!*merge)
+    return most;
+}
+
+/* The attention_rope form for a batch of n rows of n_head query heads over
+ * n_head_kv, whose rows take at most `most` splits: how many query heads
+ * of a kv head a workgroup takes (1, 2 or 4, dividing the heads of a kv
+ * head), into *heads. Loading a key once for 4 heads makes a workgroup's
+ * chain of work longer (1B shape on the H200: 26.5 us a decode step's
+ * dispatch against 14.2), which pays only where the one-head form has
+ * more workgroups than the GPU runs at once: so the most heads that leave
+ * at least VK_ATTENTION_HEADS_WORKGROUPS workgroups. Every form gives a
+ * head the same bits (test_vk_ops), so a token decoded and verified in
+ * different forms is the same token. */
+static const struct vk_pipeline *rope_attention_form(struct vk_backend *be,
+                                                     int n, int n_head,
+                                                     int n_head_kv,
+                                                     uint32_t most,
+                                                     uint32_t *heads)
+{
+    const int group = n_head / n_head_kv;
+    const int64_t units = (int64_t)n * n_head * most;
+    *heads = 1;
+    if (!be->has_rope_heads)
+        return &be->attention_rope;
+    if (group % 4 == 0 && units / 4 >= VK_ATTENTION_HEADS_WORKGROUPS) {
+        *heads = 4;
+        return &be->attention_rope_h4;
+    }
+    if (group % 2 == 0 && units / 2 >= VK_ATTENTION_HEADS_WORKGROUPS) {
+        *heads = 2;
+        return &be->attention_rope_h2;
+    }
+    return &be->attention_rope;
+}
+
+/* attention_rope's grid in z for a batch of n rows of `per_row`
+ * workgroups whose rows take at most `most` splits (pc's split_group: a
+ * workgroup takes several of its row's splits in turn past
+ * VK_ATTENTION_SPLIT_WORKGROUPS). 0 on failure (pass_fail). */
+static uint32_t attention_split_grid(struct vk_backend *be, int n,
+                                     int n_head, int head_dim,
+                                     uint32_t per_row, uint32_t most,
+                                     struct vk_push_attention *pc)
+{
+    pc->split_group = 1;
+    if (most == 1)
         return 1;
     if ((size_t)n * (size_t)n_head * most * (size_t)(head_dim + 2) *
             sizeof(float) > be->splits.size) {
         pass_fail(be, "internal: more attention splits than were reserved");
         return 0;
     }
-    pc->split_group = groups_of((int64_t)n_head * n * most,
+    pc->split_group = groups_of((int64_t)per_row * n * most,
                                 VK_ATTENTION_SPLIT_WORKGROUPS);
     return groups_of(most, pc->split_group);
 }
@@ -1403,19 +1470,22 @@ static void vkb_rope_attention(struct backend *base, struct kv_cache *kv,
     pc.has_norm = rope->q_norm != NULL;
     pc.head_bytes = (uint32_t)(kv->row_bytes / (size_t)n_head_kv);
     pc.eps = rope->norm_eps;
-    bool merge;
-    const uint32_t groups_z =
-        attention_splits(be, kv, il, pos0, n, n_head, head_dim, window, &pc,
-                         &merge);
+    const uint32_t most =
+        attention_splits(kv, il, pos0, n, n_head, window, &pc);
+    uint32_t heads;
+    const struct vk_pipeline *form =
+        rope_attention_form(be, n, n_head, n_head_kv, most, &heads);
+    const uint32_t groups_z = attention_split_grid(
+        be, n, n_head, head_dim, (uint32_t)n_head / heads, most, &pc);
     if (!groups_z)
         return;
     const struct vk_buffer *bufs[] = {buf(q),   &be->kv_k[il], &be->kv_v[il],
                                       buf(k),   buf(v),        buf(out),
                                       &rt->buf, qw,            kw,
                                       &be->splits};
-    dispatch(be, &be->attention_rope, bufs, &pc, (uint32_t)n_head,
-             (uint32_t)n, groups_z);
-    if (merge) {
+    dispatch(be, form, bufs, &pc, (uint32_t)n_head / heads, (uint32_t)n,
+             groups_z);
+    if (most > 1) {
         const struct vk_buffer *parts[] = {&be->splits, buf(out), &rt->buf};
         dispatch(be, &be->attention_merge, parts, &pc, (uint32_t)n_head,
                  (uint32_t)n, 1);

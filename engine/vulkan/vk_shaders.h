@@ -348,6 +348,17 @@ struct vk_push_attention {
  * attention_rope_cpu as attention_cpu. */
 #define VK_ROPE_ATTENTION_BYTES 17408
 #define VK_ROPE_ATTENTION_ROWS 17
+/* attention_rope_h2 and attention_rope_h4: attention_rope for 2 or 4
+ * query heads of one kv head a workgroup, heads x heads .. x heads + heads
+ * - 1 of workgroup x (grid: (n_head / heads, n_rows, as above)), each
+ * head's output the bits attention_rope gives it; for devices whose
+ * subgroups are at least VK_ROPE_ATTENTION_HEADS_SUBGROUP wide. Each key
+ * and value is loaded once for all the heads. */
+#define VK_ROPE_ATTENTION_HEADS_SUBGROUP 8
+/* The fewest workgroups a batch's attention_rope_h2/_h4 grid is left with
+ * (backend_vulkan.c's rope_attention_form): about one to each
+ * multiprocessor of an H200 (132). */
+#define VK_ATTENTION_HEADS_WORKGROUPS 128
 /* The fewest positions a split takes (one chunk of the GPU attention's
  * 512 threads), and the splits of a row's heads together at most (more
  * heads than that: one split a head). On the H200 (1B shape, 32 heads,
