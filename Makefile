@@ -85,7 +85,8 @@ SHADER_NAMES := $(foreach f,$(MATMUL_FORMS),$(MATMUL_TYPES:%=$(f)%)) \
                 $(foreach n,1 4 8 8r2,matmul_qx$(n)_q8_0 matmul_qx$(n)_norm_q8_0) \
                 rmsnorm rmsnorm_add rope add gated_act \
                 kv_store rope_kv_store rope_kv_store_norm attention \
-                attention_cpu attention_rope attention_rope_h2 attention_rope_h4 \
+                attention_cpu attention_h2 attention_h4 attention_rope \
+                attention_rope_h2 attention_rope_h4 \
                 attention_rope_cpu attention_merge \
                 argmax
 SPIRV      := $(SHADER_NAMES:%=$(BUILD)/shaders/%.spv)
@@ -147,6 +148,11 @@ $(BUILD)/shaders/matmul_%.spv: shaders/matmul.comp $(wildcard shaders/*.glsl) Ma
 $(BUILD)/shaders/attention_cpu.spv: shaders/attention.comp $(wildcard shaders/*.glsl) Makefile
 	@mkdir -p $(dir $@)
 	$(GLSLC) $(GLSL_FLAGS) -DATT_WG=64 $< -o $@
+
+# Attention for 2 or 4 query heads of a kv head a workgroup.
+$(BUILD)/shaders/attention_h%.spv: shaders/attention.comp $(wildcard shaders/*.glsl) Makefile
+	@mkdir -p $(dir $@)
+	$(GLSLC) $(GLSL_FLAGS) -DATT_HEADS=$* $< -o $@
 
 # Attention that rotates and stores the batch's keys itself (-DATT_ROPE:
 # rope_kv_store's work, one dispatch fewer a layer), in both sizes.

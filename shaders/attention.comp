@@ -61,20 +61,22 @@
  * maximum, its sum of exponentials, its weighted values) that
  * attention_merge adds in order.
  *
- * A verify block of a long context read each kv head's keys and values
- * once per query head and row: 4 times over for the query heads of a kv
- * head of the 1B shape. attention_rope_h2 and _h4 (-DATT_HEADS) take 2 or
- * 4 query heads of one kv head a workgroup: a thread loads its key once
- * and scores it against each head, and a partition's value rows serve
- * each head's output, while every head's sums (the dot products, the
- * softmax, o += p v, the reductions) run in the order one head's run in,
- * so each head gets attention_rope's bits (test_vk_ops, on lavapipe and on
- * the NVIDIA driver) and the backend may pick the form per batch. The
- * chain of work a workgroup does grows with its heads (a decode step's
- * dispatch on the 1B shape 26.5 us with 4 against 14.2 with 1), so only a
- * batch with more workgroups than the GPU runs at once gains: verifying 8
- * tokens after 4,096 positions took 4.5 ms against 5.4, 16 tokens 6.6
- * against 9.1 (H200, 1B shape).
+ * A workgroup of one query head reads its kv head's keys and values for
+ * itself: a prompt's or a long verify block's kv head was read 4 times
+ * over for the 4 query heads of each kv head of the 1B shape. The forms
+ * of -DATT_HEADS (attention_h2, _h4, attention_rope_h2, _h4) take 2 or 4
+ * query heads of one kv head a workgroup: a thread loads its key once and
+ * scores it against each head, and a partition's value rows serve each
+ * head's output, while every head's sums (the dot products, the softmax,
+ * o += p v, the reductions) run in the order one head's run in, so each
+ * head gets the one-head form's bits (test_vk_ops, on lavapipe and on the
+ * NVIDIA driver) and the backend may pick the form per batch. The chain
+ * of work a workgroup does grows with its heads (a decode step's
+ * attention_rope on the 1B shape 26.5 us with 4 against 14.2 with 1), so
+ * only a batch with more workgroups than the GPU runs at once gains (H200,
+ * 1B shape, after 4,096 positions): verifying 8 tokens 4.5 ms against 5.4,
+ * 16 tokens 6.6 against 9.1, a prompt of 4,096 tokens 6,050 tok/s against
+ * 3,780.
  *
  * With -DATT_ROPE (attention_rope, attention_rope_cpu) the shader also
  * does rope_kv_store's work for a batch of up to 17 rows (decoding and
@@ -104,17 +106,25 @@
 #error "attention.comp: ATT_WG is at least HD_MAX / 4 = 64"
 #endif
 #define WG uint(ATT_WG)
-/* Query heads a workgroup (the Makefile's -DATT_HEADS; attention_rope_h2,
- * _h4): heads h0 .. h0 + ATT_HEADS - 1 of one kv head, each key and value
- * loaded once for all of them, each head's sums made as a workgroup of one
- * head makes them (its bits). Past one head, subgroups are at least 8
- * wide (the host's condition), which keeps the shared arrays in 48 KiB. */
+/* Query heads a workgroup (the Makefile's -DATT_HEADS; attention_h2, _h4,
+ * attention_rope_h2, _h4): heads h0 .. h0 + ATT_HEADS - 1 of one kv head,
+ * each key and value loaded once for all of them, each head's sums made as
+ * a workgroup of one head makes them (its bits). Past one head, subgroups
+ * are at least 8 wide (the host's condition), which keeps the shared
+ * arrays in 48 KiB. glslc's [[unroll]] keeps `precise` (NoContraction)
+ * on the first copy of an instruction only, leaving the other heads' to
+ * the driver to fuse or reorder: with the softmax's step (RESCALE)
+ * unrolled so, attention_h2 parted from attention's bits on lavapipe and,
+ * before its exponents were (s - m) scale, on the NVIDIA driver. So that
+ * step is written out once per head; the loops left to [[unroll]] hold
+ * explicit fmas and sums of loaded values only, which both drivers keep
+ * as written (test_vk_ops). */
 #ifndef ATT_HEADS
 #define ATT_HEADS 1
 #endif
 #define NH uint(ATT_HEADS)
-#if ATT_HEADS > 1 && !defined(ATT_ROPE)
-#error "attention.comp: several heads a workgroup only in attention_rope"
+#if ATT_HEADS != 1 && ATT_HEADS != 2 && ATT_HEADS != 4
+#error "attention.comp: ATT_HEADS is 1, 2 or 4"
 #endif
 #if ATT_HEADS * 64 > ATT_WG
 #error "attention.comp: ATT_WG makes the query heads: 64 threads each"
@@ -136,8 +146,9 @@ layout(std430, binding = 5) writeonly buffer OutBuf { float o_out[]; };
 layout(std430, binding = 6) readonly buffer PosBuf { uint pos_words[]; };
 #ifdef ATT_ROPE
 layout(std430, binding = 0) readonly buffer QBuf4 { vec4 q4[]; };
-/* each split's partial: its maximum score, its sum of e^(s - max) and its
- * head of sum e^(s - max) v, at split_at() (attention_push.glsl) */
+/* each split's partial: its largest dot product m, its sum of
+ * e^(scale (s - m)) and its head of sum e^(scale (s - m)) v, at split_at()
+ * (attention_push.glsl) */
 layout(std430, binding = 9) writeonly buffer PartBuf { float part_out[]; };
 /* the batch's rows go into their slots (one workgroup per kv head writes) */
 layout(std430, binding = 1) buffer KCache { uint kc[]; };
@@ -165,7 +176,7 @@ layout(std430, binding = 4) readonly buffer VStage { uint vs[]; };
 /* The chunk's arrays come in two copies used in turn (chunk c's are
  * [c & 1]); WG entries hold every subgroup's value whatever its size. */
 shared vec4 qsh[NH][HD_MAX / 4u]; /* the query heads, zero-padded to 4 */
-shared float msh[2][NH][WG / SG_MIN]; /* each subgroup's maximum score */
+shared float msh[2][NH][WG / SG_MIN]; /* each subgroup's largest dot */
 shared uint rsh[2][WG];         /* the chunk's rows: index | STAGED */
 shared float lsh[WG / SG_MIN];  /* each subgroup's sum of l, at the end */
 /* The chunk's probabilities, copy b and head q at PSH(b, q, 0), and at a
@@ -256,7 +267,7 @@ float fma_dot(vec4 a, vec4 b, float s)
 #define DOT_LOOP(FETCH, buf, off, e0, s)                                     \
     {                                                                        \
         precise float s0_[NH], s1_[NH];                                      \
-        [[unroll]] for (uint q_ = 0u; q_ < NH; q_++) {                       \
+        [[unroll]] for (uint q_ = 0u; q_ < NH; q_++) {                                  \
             s0_[q_] = 0.0;                                                   \
             s1_[q_] = 0.0;                                                   \
         }                                                                    \
@@ -266,7 +277,7 @@ float fma_dot(vec4 a, vec4 b, float s)
             [[unroll]] for (uint u_ = 0u; u_ < 8u; u_++)                     \
                 f_[u_] = FETCH(buf, off, (e0) + d_ + 4u * u_);               \
             [[unroll]] for (uint u_ = 0u; u_ < 8u; u_ += 2u)                 \
-                [[unroll]] for (uint q_ = 0u; q_ < NH; q_++) {               \
+                [[unroll]] for (uint q_ = 0u; q_ < NH; q_++) {                          \
                     const uint i_ = (d_ >> 2u) + u_;                         \
                     s0_[q_] = fma_dot(qsh[q_][i_], f_[u_], s0_[q_]);         \
                     s1_[q_] = fma_dot(qsh[q_][i_ + 1u], f_[u_ + 1u],         \
@@ -275,10 +286,10 @@ float fma_dot(vec4 a, vec4 b, float s)
         }                                                                    \
         for (; d_ < pc.head_dim; d_ += 4u) {                                 \
             const vec4 f_ = FETCH(buf, off, (e0) + d_);                      \
-            [[unroll]] for (uint q_ = 0u; q_ < NH; q_++)                     \
+            [[unroll]] for (uint q_ = 0u; q_ < NH; q_++)                                \
                 s0_[q_] = fma_dot(qsh[q_][d_ >> 2u], f_, s0_[q_]);           \
         }                                                                    \
-        [[unroll]] for (uint q_ = 0u; q_ < NH; q_++)                         \
+        [[unroll]] for (uint q_ = 0u; q_ < NH; q_++)                                    \
             s[q_] = s0_[q_] + s1_[q_];                                       \
     }
 
@@ -289,11 +300,11 @@ float fma_dot(vec4 a, vec4 b, float s)
 /* The same, value by value, for any type and alignment. */
 #define DOT_SLOW(buf, off, e0, s)                                            \
     {                                                                        \
-        [[unroll]] for (uint q_ = 0u; q_ < NH; q_++)                         \
+        [[unroll]] for (uint q_ = 0u; q_ < NH; q_++)                                    \
             s[q_] = 0.0;                                                     \
         for (uint d_ = 0u; d_ < pc.head_dim; d_++) {                         \
             const float v_ = VALUE(buf, off, (e0) + d_);                     \
-            [[unroll]] for (uint q_ = 0u; q_ < NH; q_++)                     \
+            [[unroll]] for (uint q_ = 0u; q_ < NH; q_++)                                \
                 s[q_] = fma(qsh[q_][d_ >> 2u][d_ & 3u], v_, s[q_]);          \
         }                                                                    \
     }
@@ -314,7 +325,7 @@ float fma_dot(vec4 a, vec4 b, float s)
             v_[u_] = FETCH(buf, off_, (eh) + dv);                            \
         }                                                                    \
         [[unroll]] for (uint u_ = 0u; u_ < V_STEP; u_++)                     \
-            [[unroll]] for (uint q_ = 0u; q_ < NH; q_++) {                   \
+            [[unroll]] for (uint q_ = 0u; q_ < NH; q_++) {                              \
                 const float p_ =                                             \
                     j0_ + u_ * parts < (je) ? PSH(b, q_, j_[u_]) : 0.0;      \
                 o[q_] = fma(vec4(p_), v_[u_], o[q_]);                        \
@@ -328,7 +339,7 @@ float fma_dot(vec4 a, vec4 b, float s)
         vec4 v_ = vec4(0.0);                                                 \
         for (uint i_ = 0u; i_ < nv; i_++)                                    \
             v_[i_] = VALUE(buf, off_, (eh) + dv + i_);                       \
-        [[unroll]] for (uint q_ = 0u; q_ < NH; q_++)                         \
+        [[unroll]] for (uint q_ = 0u; q_ < NH; q_++)                                    \
             o[q_] = fma(vec4(PSH(b, q_, j_)), v_, o[q_]);                    \
     }
 
@@ -431,7 +442,7 @@ uint rope_g, rope_t;
             ib_[i_] = rot_[i_] ? rope_b(p_, pc.n_rot, pc.style) : d_;        \
             ic_[i_] = rot_[i_] ? ((r) * (pc.n_rot / 2u) + p_) * 2u : 0u;     \
         }                                                                    \
-        /* the norm's weights only where there is a norm (W is then bound  \
+        /* the norm's weights only where there is a norm (W is then bound    \
          * to any buffer: its word 0) */                                     \
         const uint wm_ = pc.has_norm != 0u ? 0xffffffffu : 0u;               \
         float xa_[N], xb_[N], wa_[N], wb_[N], c_[N], s_[N];                  \
@@ -627,12 +638,13 @@ void main()
                  : uint(pos0 <= sink_end ? pos0 : sink_end + max(0, pos0 - lo));
 
 #ifndef ATT_ROPE
-    if (tid < HD_MAX / 4u) {
+    if (tid < NH * (HD_MAX / 4u)) {
+        const uint qh = tid / (HD_MAX / 4u), qi = tid % (HD_MAX / 4u);
         vec4 v = vec4(0.0);
         [[unroll]] for (uint i = 0u; i < 4u; i++)
-            if (4u * tid + i < hd)
-                v[i] = q[qo + 4u * tid + i];
-        qsh[0][tid] = v;
+            if (4u * qi + i < hd)
+                v[i] = q[qo + qh * hd + 4u * qi + i];
+        qsh[qh][qi] = v;
     }
     barrier();
 #endif
@@ -700,22 +712,36 @@ void main()
                     else
                         DOT_LOOP(FETCH_F32, kc, off, e0, s)
                 }
-                [[unroll]] for (uint q = 0u; q < NH; q++)
-                    s[q] *= pc.scale;
             }
             /* 2. the chunk's maxima, probabilities, and what came before
-             * rescaled */
+             * rescaled, head by head, each written out (see ATT_HEADS).
+             * Maxima are of the raw dot products (scale > 0, so the
+             * largest is the largest scaled) and each exponent is
+             * (s - m) scale: no product here meets a sum a compiler could
+             * fuse it with, and the running sum's step is an explicit fma
+             * (test_vk_ops walks the SPIR-V for such pairs). */
             float cmax[NH];
             workgroup_max(s, b, cmax);
-            [[unroll]] for (uint q = 0u; q < NH; q++) {
-                const float m_new = max(m[q], cmax[q]);
-                precise float alpha = m[q] == NEG_INF ? 0.0 : exp(m[q] - m_new);
-                m[q] = m_new;
-                precise float pr = tid < cnt ? exp(s[q] - m_new) : 0.0;
-                PSH(b, q, tid) = pr;
-                l[q] = l[q] * alpha + pr;
-                o[q] *= alpha;
-            }
+#define RESCALE(q)                                                           \
+    {                                                                        \
+        const float m_new = max(m[q], cmax[q]);                              \
+        const float alpha =                                                  \
+            m[q] == NEG_INF ? 0.0 : exp((m[q] - m_new) * pc.scale);          \
+        m[q] = m_new;                                                        \
+        const float pr = tid < cnt ? exp((s[q] - m_new) * pc.scale) : 0.0;   \
+        PSH(b, q, tid) = pr;                                                 \
+        l[q] = fma(l[q], alpha, pr);                                         \
+        o[q] *= alpha;                                                       \
+    }
+            RESCALE(0u)
+#if ATT_HEADS > 1
+            RESCALE(1u)
+#endif
+#if ATT_HEADS > 2
+            RESCALE(2u)
+            RESCALE(3u)
+#endif
+#undef RESCALE
             barrier();
             /* 3. o += p V over this partition's keys of the chunk: those
              * in the cache [part, cached), then those staged [jb, cnt). No

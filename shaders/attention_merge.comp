@@ -1,8 +1,9 @@
 /* attention_merge.comp — the output of the rows attention_rope split
  * (contract in engine/vulkan/vk_shaders.h): each split of its visible
- * positions (att_split.glsl) left a partial (m_s, its largest score; l_s, the sum
- * of e^(score - m_s); o_s, the sum of e^(score - m_s) v), and with
- * M = max m_s and w_s = e^(m_s - M) the row's output is
+ * positions (att_split.glsl) left a partial (m_s, its largest dot product
+ * q.k; l_s, the sum of e^(scale (q.k - m_s)); o_s, the sum of
+ * e^(scale (q.k - m_s)) v), and with M = max m_s and
+ * w_s = e^(scale (m_s - M)) the row's output is
  *   sum_s w_s o_s / sum_s w_s l_s,
  * the softmax of all its scores times V. Splits are added in order, so a
  * row has the same bits decoded as verified (the splits and their order
@@ -40,7 +41,7 @@ void main()
         mx = max(mx, part[split_at(t, h, s)]);
     precise float l = 0.0;
     for (uint s = 0u; s < n; s++) {
-        precise float w = exp(part[split_at(t, h, s)] - mx);
+        precise float w = exp((part[split_at(t, h, s)] - mx) * pc.scale);
         l = l + part[split_at(t, h, s) + 1u] * w;
     }
     precise float inv = 1.0 / l;
@@ -48,7 +49,7 @@ void main()
     for (uint d = gl_LocalInvocationID.x; d < pc.head_dim; d += WG) {
         precise float sum = 0.0;
         for (uint s = 0u; s < n; s++) {
-            precise float w = exp(part[split_at(t, h, s)] - mx);
+            precise float w = exp((part[split_at(t, h, s)] - mx) * pc.scale);
             sum = sum + part[split_at(t, h, s) + 2u + d] * w;
         }
         o_out[qo + d] = sum * inv;

@@ -316,8 +316,8 @@ void group_values(uint m, uint off, uint gi, out vec4 v[RUNS])
 
 /* { f16 d, dmin; u8 scales[12]; u8 qs[128]; } = 144 bytes per 256 values.
  * qs[32c .. 32c+32) holds sub-block 2c in its low nibbles and 2c+1 in its
- * high ones: x = d sc q - dmin m. Group (c, k): qs[32c + 4k ..] (4 bytes),
- * 32 groups per super-block. */
+ * high ones: x = d sc q - dmin m (one fma). Group (c, k): qs[32c + 4k ..]
+ * (4 bytes), 32 groups per super-block. */
 #define RUNS 2u
 uint n_groups() { return pc.n_cols / 8u; }
 uint run_col(uint gi, uint r)
@@ -363,7 +363,10 @@ void group_values(uint m, uint off, uint gi, out vec4 v[RUNS])
         uint sc, m;
         scale_min(s[0], s[1], s[2], 2u * c + r, sc, m);
         uvec4 n = (uvec4(q) >> (uvec4(0u, 8u, 16u, 24u) + 4u * r)) & 0xfu;
-        v[r] = (d * float(sc)) * vec4(n) - dmin * float(m);
+        /* one explicit fma: a product left next to a sum may be fused by
+         * one compilation and not another (and the unrolled copies lose
+         * `precise`), and every form must give a row the same bits */
+        v[r] = fma(vec4(d * float(sc)), vec4(n), vec4(-(dmin * float(m))));
     }
 }
 

@@ -1221,7 +1221,30 @@ static struct vk_buffer cache_with_batch(const struct kv_cache *kv,
  * the rows kv has staged: in stage buffers, or (in_place, a full cache)
  * in their slots, the cache bound as its own stage from row pos0, as the
  * backend runs a full cache. */
-static void attention_on_device(const char *shader,
+/* attention's forms: a shader and the query heads a workgroup takes. */
+struct attention_form {
+    const char *shader;
+    uint32_t heads;
+};
+static const struct attention_form attention_forms[] = {
+    {"attention", 1}, {"attention_cpu", 1}, {"attention_h2", 2},
+    {"attention_h4", 4}};
+enum { N_ATTENTION_FORMS = 4 };
+_Static_assert(sizeof attention_forms / sizeof attention_forms[0] ==
+                   N_ATTENTION_FORMS,
+               "N_ATTENTION_FORMS counts attention_forms");
+
+/* Whether form f runs case c's heads here: several query heads a
+ * workgroup need them to divide a kv head's and subgroups of 8 or more. */
+static bool attention_form_runs(const struct attention_form *f, int n_head,
+                                int n_head_kv)
+{
+    return f->heads == 1 ||
+           ((n_head / n_head_kv) % (int)f->heads == 0 &&
+            vk_device_subgroup_size(dev) >= VK_ATTENTION_HEADS_SUBGROUP);
+}
+
+static void attention_on_device(const struct attention_form *f,
                                 const struct attention_case *c,
                                 const struct kv_cache *kv, int pos0, int n,
                                 const float *q, bool in_place, float *out)
@@ -1255,7 +1278,7 @@ static void attention_on_device(const char *shader,
         .scale = attention_scale(c->head_dim),
         .stage_in_place = in_place,
     };
-    run(shader, 7, bufs, &push, sizeof push, (uint32_t)c->n_head,
+    run(f->shader, 7, bufs, &push, sizeof push, (uint32_t)c->n_head / f->heads,
         (uint32_t)n, 1);
     download(&bo, out, nq * 4);
     vk_buffer_free(dev, &bq);
@@ -1270,8 +1293,6 @@ static void attention_on_device(const char *shader,
 }
 
 /* The two workgroup sizes of attention.comp: GPUs', CPU devices'. */
-static const char *const attention_shaders[] = {"attention", "attention_cpu"};
-enum { N_ATTENTION_SHADERS = 2 };
 
 /* The CPU formula in double, reading rows through kv.h: for query row t,
  * head h, value d at i = (t n_head + h) head_dim + d, want[i] and the
@@ -1328,8 +1349,9 @@ static void attention_on_cpu(const struct attention_case *c,
     free(row);
 }
 
-/* Both shaders against the CPU formula; a full cache's batch both staged
- * and in its slots. */
+/* Every form against the CPU formula, a full cache's batch both staged
+ * and in its slots; the forms of several heads a workgroup give the bits
+ * of attention's one head. */
 static void check_attention(const struct attention_case *c)
 {
     const int hd = c->head_dim, n_pos = c->n_past + c->n;
@@ -1342,17 +1364,28 @@ static void check_attention(const struct attention_case *c)
     const int pos0 = c->n_past;
     const size_t nq = (size_t)c->n * c->n_head * hd;
     float *q = random_floats(nq, -1.0f, 1.0f, &s);
-    float *got = malloc(nq * sizeof *got);
+    float *got = malloc(nq * sizeof *got), *one_head[2] = {0};
     double *want = malloc(nq * sizeof *want), *mag = malloc(nq * sizeof *mag);
     attention_on_cpu(c, kv, q, want, mag);
     const bool full = c->sliding == 0 && c->sink_window == 0;
     const size_t hz = (size_t)hd, heads = (size_t)c->n_head;
-    for (int i = 0; i < 2 * N_ATTENTION_SHADERS; i++) {
-        const char *shader = attention_shaders[i / 2];
+    for (int i = 0; i < 2 * N_ATTENTION_FORMS; i++) {
+        const struct attention_form *f = &attention_forms[i / 2];
+        const char *shader = f->shader;
         const bool in_place = i % 2;
-        if (in_place && !full)
+        if ((in_place && !full) ||
+            !attention_form_runs(f, c->n_head, c->n_head_kv))
             continue;
-        attention_on_device(shader, c, kv, pos0, c->n, q, in_place, got);
+        attention_on_device(f, c, kv, pos0, c->n, q, in_place, got);
+        if (i / 2 == 0) {
+            one_head[in_place] = malloc(nq * sizeof *got);
+            memcpy(one_head[in_place], got, nq * sizeof *got);
+        } else if (f->heads > 1) {
+            expect_same_bits(got, one_head[in_place], nq,
+                             in_place ? "in place, against attention"
+                                      : "against attention",
+                             shader);
+        }
         for (size_t j = 0; j < nq; j++)
             if (!(fabs(got[j] - want[j]) <= 1e-4 * mag[j] + 1e-7))
                 fail_msg("%s %s %s%s, head_dim %d, pos0 %d: out[%zu][%zu]"
@@ -1366,6 +1399,8 @@ static void check_attention(const struct attention_case *c)
     free(vin);
     free(q);
     free(got);
+    free(one_head[0]);
+    free(one_head[1]);
     free(want);
     free(mag);
     kv_free(kv);
@@ -1429,9 +1464,12 @@ static void test_attention_sink_window_matches_cpu(void **state)
 
 /* Row t of a batch of c->n queries at positions n_past.. against row t
  * decoded alone at n_past + t, the batch's rows before it committed. */
-static void check_attention_batch_invariance(const char *shader,
+static void check_attention_batch_invariance(const struct attention_form *f,
                                              const struct attention_case *c)
 {
+    if (!attention_form_runs(f, c->n_head, c->n_head_kv))
+        return;
+    const char *shader = f->shader;
     const int hd = c->head_dim, n_pos = c->n_past + c->n;
     const size_t kv_dim = (size_t)c->n_head_kv * hd;
     const size_t row_q = (size_t)c->n_head * hd;
@@ -1443,12 +1481,12 @@ static void check_attention_batch_invariance(const char *shader,
     float *alone = malloc(row_q * sizeof *alone);
 
     struct kv_cache *kv = attention_cache(c, kin, vin, c->n_past, c->n);
-    attention_on_device(shader, c, kv, c->n_past, c->n, q, false, batch);
+    attention_on_device(f, c, kv, c->n_past, c->n, q, false, batch);
     kv_free(kv);
     for (int t = 0; t < c->n; t++) {
         kv = attention_cache(c, kin, vin, c->n_past + t, 1);
-        attention_on_device(shader, c, kv, c->n_past + t, 1, q + t * row_q,
-                            false, alone);
+        attention_on_device(f, c, kv, c->n_past + t, 1, q + t * row_q, false,
+                            alone);
         char what[96];
         snprintf(what, sizeof what, "%s %s, head_dim %d: row %d alone",
                  kv_type_name(kv->type), kv_policy_name(kv->layers[0].policy),
@@ -1480,10 +1518,10 @@ static void test_attention_gives_a_row_the_same_bits_alone_and_in_a_batch(
     /* sinks + window, f32, head_dim 128 */
     const struct attention_case c3 = {KV_F32, 2, 1, 128, 300, 0, 24, 4, 0,
                                       100, 16};
-    for (int i = 0; i < N_ATTENTION_SHADERS; i++) {
-        check_attention_batch_invariance(attention_shaders[i], &c1);
-        check_attention_batch_invariance(attention_shaders[i], &c2);
-        check_attention_batch_invariance(attention_shaders[i], &c3);
+    for (int i = 0; i < N_ATTENTION_FORMS; i++) {
+        check_attention_batch_invariance(&attention_forms[i], &c1);
+        check_attention_batch_invariance(&attention_forms[i], &c2);
+        check_attention_batch_invariance(&attention_forms[i], &c3);
     }
 }
 
@@ -2546,7 +2584,7 @@ static void check_rope_attention(const struct rope_attention_case *c)
         const struct rope_attention_form *f = &forms[i];
         if (f->heads > 1 &&
             ((c->n_head / c->n_head_kv) % (int)f->heads ||
-             vk_device_subgroup_size(dev) < VK_ROPE_ATTENTION_HEADS_SUBGROUP))
+             vk_device_subgroup_size(dev) < VK_ATTENTION_HEADS_SUBGROUP))
             continue;
         const char *shader = f->shader;
         rope_attention_fused(c, kv, &d, n, f,
@@ -2679,6 +2717,13 @@ static void test_attention_rope_splits_long_rows_and_keeps_rows_alone_bits(
         .n_rot = 128, .style = 1, .norms = true, .n_past = 100, .n = 17,
         .split_keys = 48, .split_group = 1};
     check_rope_attention(&wide);
+    /* splits of two chunks of the GPU form (600 positions: 512 + 88), where
+     * a head's running sums are rescaled: 4 query heads a kv head */
+    const struct rope_attention_case chunks = {
+        .type = KV_F16, .n_head = 8, .n_head_kv = 2, .head_dim = 64,
+        .n_rot = 64, .n_past = 1300, .n = 5, .split_keys = 600,
+        .split_group = 2};
+    check_rope_attention(&chunks);
 }
 
 /* ---- rmsnorm_add ---- */
@@ -2754,6 +2799,7 @@ static void test_every_shader_is_embedded(void **state)
         "matmul_qx4_norm_q8_0", "matmul_qx8_q8_0",
         "rmsnorm", "rmsnorm_add", "rope", "add", "gated_act", "kv_store",
         "rope_kv_store", "rope_kv_store_norm", "attention", "attention_cpu",
+        "attention_h2", "attention_h4",
         "attention_rope", "attention_rope_h2", "attention_rope_h4",
         "attention_rope_cpu", "attention_merge", "argmax"};
     for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
@@ -2767,10 +2813,141 @@ static void test_every_shader_is_embedded(void **state)
     assert_null(vk_shader_find("matmul_q2_k"));
 }
 
+/* ---- the shaders' arithmetic as compiled ----
+ *
+ * A token gets the same bits decoded and verified only if every form of a
+ * computation rounds it the same way. A product (a * b) that meets a sum
+ * (+ c) may be fused into one fma by the driver's compiler in one form
+ * and not in another, unless the sum or the product is NoContraction
+ * (`precise`) — and glslc's loop unrolling keeps that decoration on the
+ * first copy of an instruction only: attention_h2's other heads' `s *
+ * scale - m`, unrolled, were open to fusing, and parted from attention's
+ * bits on the NVIDIA driver; Q4_K's d sc q - dmin m was open in every
+ * form. This walks each embedded shader's SPIR-V for an undecorated
+ * product that reaches an undecorated sum, through the instructions that
+ * pass a value on unchanged (or negated). */
+
+enum {
+    SPV_DECORATE = 71, SPV_VECTOR_SHUFFLE = 79, SPV_COMPOSITE_CONSTRUCT = 80,
+    SPV_COMPOSITE_EXTRACT = 81, SPV_COPY_OBJECT = 83, SPV_FNEGATE = 127,
+    SPV_FADD = 129, SPV_FSUB = 131, SPV_FMUL = 133,
+    SPV_VECTOR_TIMES_SCALAR = 142, SPV_MATRIX_TIMES_SCALAR = 143,
+    SPV_SELECT = 169, SPV_PHI = 245, SPV_NO_CONTRACTION = 42
+};
+
+/* The id operands of instruction `in` (wc words) that carry a value on:
+ * [*first, *end) of its words. */
+static bool spv_passes_on(const uint32_t *in, uint32_t wc, uint32_t *first,
+                          uint32_t *end, uint32_t *step)
+{
+    *first = 3, *end = wc, *step = 1;
+    switch (in[0] & 0xffff) {
+    case SPV_COMPOSITE_CONSTRUCT: case SPV_COPY_OBJECT: case SPV_FNEGATE:
+        return true;
+    case SPV_COMPOSITE_EXTRACT:
+        *end = 4;          /* then literal indices */
+        return true;
+    case SPV_VECTOR_SHUFFLE:
+        *end = 5;          /* two vectors, then literal components */
+        return true;
+    case SPV_SELECT:
+        *first = 4;        /* after the condition */
+        return true;
+    case SPV_PHI:
+        *step = 2;         /* (value, parent block) pairs */
+        return true;
+    default:
+        return false;
+    }
+}
+
+/* Sums (FAdd, FSub) that a driver may fuse with a product: neither is
+ * NoContraction and the product reaches the sum unchanged or negated. */
+static int spv_fusable_sums(const uint32_t *code, size_t words)
+{
+    const uint32_t bound = code[3];
+    bool *fixed = calloc(bound, 1), *product = calloc(bound, 1);
+    for (size_t i = 5; i < words; i += code[i] >> 16) {
+        const uint32_t op = code[i] & 0xffff;
+        if (op == SPV_DECORATE && code[i + 2] == SPV_NO_CONTRACTION &&
+            code[i + 1] < bound)
+            fixed[code[i + 1]] = true;
+        if (code[i] >> 16 == 0)
+            break;   /* malformed: a zero word count */
+    }
+    for (size_t i = 5; i < words && code[i] >> 16; i += code[i] >> 16) {
+        const uint32_t op = code[i] & 0xffff;
+        if ((op == SPV_FMUL || op == SPV_VECTOR_TIMES_SCALAR ||
+             op == SPV_MATRIX_TIMES_SCALAR) && code[i + 2] < bound &&
+            !fixed[code[i + 2]])
+            product[code[i + 2]] = true;
+    }
+    for (bool grew = true; grew;) {   /* phis may name later ids */
+        grew = false;
+        for (size_t i = 5; i < words && code[i] >> 16; i += code[i] >> 16) {
+            uint32_t first, end, step;
+            const uint32_t wc = code[i] >> 16;
+            if (!spv_passes_on(&code[i], wc, &first, &end, &step) || wc < 4 ||
+                code[i + 2] >= bound || product[code[i + 2]])
+                continue;
+            const uint32_t id = code[i + 2];
+            for (uint32_t k = first; k < end && k < wc; k += step)
+                if (code[i + k] < bound && product[code[i + k]]) {
+                    product[id] = grew = true;
+                    break;
+                }
+        }
+    }
+    int n = 0;
+    for (size_t i = 5; i < words && code[i] >> 16; i += code[i] >> 16) {
+        const uint32_t op = code[i] & 0xffff;
+        if ((op == SPV_FADD || op == SPV_FSUB) && code[i + 2] < bound &&
+            !fixed[code[i + 2]] &&
+            ((code[i + 3] < bound && product[code[i + 3]]) ||
+             (code[i + 4] < bound && product[code[i + 4]])))
+            n++;
+    }
+    free(fixed);
+    free(product);
+    return n;
+}
+
+static void test_no_shader_leaves_a_product_for_the_driver_to_fuse(
+    void **state)
+{
+    (void)state;
+    int shaders = 0;
+    for (const struct vk_spirv *sh; (sh = vk_shader_at(shaders)); shaders++) {
+        const int n = spv_fusable_sums(sh->code, sh->bytes / 4);
+        if (n)
+            fail_msg("%s: %d sums a driver may fuse with a product before "
+                     "them (their bits then depend on the compilation): "
+                     "write the fma, or keep products and sums apart",
+                     sh->name, n);
+    }
+    assert_true(shaders > 40);
+    /* and the walk finds one: a product left before a sum */
+    static const uint32_t fused[] = {
+        0x07230203, 0x00010000, 0, 9, 0,
+        (5u << 16) | SPV_FMUL, 1, 4, 2, 3,
+        (4u << 16) | SPV_FNEGATE, 1, 5, 4,
+        (5u << 16) | SPV_FADD, 1, 6, 5, 2,
+        (5u << 16) | SPV_FADD, 1, 7, 2, 3};
+    assert_int_equal(spv_fusable_sums(fused, sizeof fused / 4), 1);
+    static const uint32_t apart[] = {
+        0x07230203, 0x00010000, 0, 9, 0,
+        (3u << 16) | SPV_DECORATE, 6, SPV_NO_CONTRACTION,
+        (5u << 16) | SPV_FMUL, 1, 4, 2, 3,
+        (5u << 16) | SPV_FADD, 1, 6, 4, 2};
+    assert_int_equal(spv_fusable_sums(apart, sizeof apart / 4), 0);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_every_shader_is_embedded),
+        cmocka_unit_test(
+            test_no_shader_leaves_a_product_for_the_driver_to_fuse),
         cmocka_unit_test(
             test_matmul_gives_a_token_the_same_bits_alone_and_in_a_batch),
         cmocka_unit_test(

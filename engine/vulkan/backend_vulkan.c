@@ -96,11 +96,13 @@ struct vk_backend {
     struct vk_pipeline rmsnorm, rmsnorm_add, rope, add, gated_act, kv_store,
         rope_kv_store, rope_kv_store_norm, attention, attention_rope,
         attention_merge, argmax;
-    /* attention_rope for 2 and 4 query heads of a kv head a workgroup
-     * (attention_rope_h2, _h4), where has_rope_heads: GPUs whose subgroups
-     * are at least VK_ROPE_ATTENTION_HEADS_SUBGROUP wide */
-    bool has_rope_heads;
-    struct vk_pipeline attention_rope_h2, attention_rope_h4;
+    /* attention and attention_rope for 2 and 4 query heads of a kv head a
+     * workgroup (attention_h2, attention_rope_h2, ...), where
+     * has_heads_forms: GPUs whose subgroups are at least
+     * VK_ATTENTION_HEADS_SUBGROUP wide (attention_heads) */
+    bool has_heads_forms;
+    struct vk_pipeline attention_rope_h2, attention_rope_h4, attention_h2,
+        attention_h4;
     /* Host data of the pass being recorded (upload_alloc). The GPU may read
      * a region as soon as the copy that reads it is recorded, since chunks
      * of the pass are submitted while it is recorded; that is safe because
@@ -265,24 +267,32 @@ static int make_matmul_pipelines(struct vk_backend *be, const char *form,
     return 0;
 }
 
-/* attention_rope_h2 and _h4 where the device takes them (has_rope_heads):
- * a GPU whose subgroups are wide enough. They are a speed-up, not a need:
- * a device that cannot make them (say, less shared memory than their
- * 45 KiB) runs attention_rope alone. */
-static void make_rope_heads_pipelines(struct vk_backend *be, bool rowwise)
+/* attention_h2, _h4, attention_rope_h2 and _h4 where the device takes them
+ * (has_heads_forms): a GPU whose subgroups are wide enough. They are a
+ * speed-up, not a need: a device that cannot make them (say, with less
+ * shared memory than attention_rope_h4's 45 KiB) runs the one-head forms
+ * alone. */
+static void make_heads_pipelines(struct vk_backend *be, bool rowwise)
 {
-    be->has_rope_heads = !rowwise && vk_device_subgroup_size(be->dev) >=
-                                         VK_ROPE_ATTENTION_HEADS_SUBGROUP;
-    if (!be->has_rope_heads)
+    be->has_heads_forms = !rowwise && vk_device_subgroup_size(be->dev) >=
+                                         VK_ATTENTION_HEADS_SUBGROUP;
+    if (!be->has_heads_forms)
         return;
     const uint32_t push = sizeof(struct vk_push_attention);
     struct kk_error ignored;
     if (make_pipeline(be, "attention_rope_h2", 10, push,
                       &be->attention_rope_h2, &ignored) ||
         make_pipeline(be, "attention_rope_h4", 10, push,
-                      &be->attention_rope_h4, &ignored)) {
+                      &be->attention_rope_h4, &ignored) ||
+        make_pipeline(be, "attention_h2", 7, push, &be->attention_h2,
+                      &ignored) ||
+        make_pipeline(be, "attention_h4", 7, push, &be->attention_h4,
+                      &ignored)) {
         vk_pipeline_free(be->dev, &be->attention_rope_h2);
-        be->has_rope_heads = false;
+        vk_pipeline_free(be->dev, &be->attention_rope_h4);
+        vk_pipeline_free(be->dev, &be->attention_h2);
+        vk_pipeline_free(be->dev, &be->attention_h4);
+        be->has_heads_forms = false;
     }
 }
 
@@ -366,7 +376,7 @@ static int make_pipelines(struct vk_backend *be, struct kk_error *err)
                          &be->attention_merge, err) ||
            make_pipeline(be, "argmax", 2, sizeof(struct vk_push_argmax),
                          &be->argmax, err)
-               ? -1 : (make_rope_heads_pipelines(be, rowwise), 0);
+               ? -1 : (make_heads_pipelines(be, rowwise), 0);
 }
 
 static int matmul_index(uint32_t type)
@@ -465,7 +475,8 @@ static void vkb_free(struct backend *base)
                                 &be->attention, &be->attention_rope,
                                 &be->attention_merge, &be->argmax,
                                 &be->attention_rope_h2,
-                                &be->attention_rope_h4};
+                                &be->attention_rope_h4, &be->attention_h2,
+                                &be->attention_h4};
     for (size_t i = 0; i < sizeof ps / sizeof ps[0]; i++)
         vk_pipeline_free(be->dev, ps[i]);
     for (int f = 0; f < N_GPU_FORMS; f++)
@@ -1324,6 +1335,41 @@ static struct vk_push_attention attention_push(const struct kv_cache *kv,
     };
 }
 
+/* How many query heads of a kv head an attention workgroup takes (1, 2
+ * or 4, dividing the n_head / n_head_kv heads of a kv head) for `units`
+ * workgroups of one head (heads x rows x splits). Loading a key once for 4
+ * heads makes a workgroup's chain of work longer (1B shape on the H200: a
+ * decode step's attention_rope 26.5 us with 4 against 14.2), which pays
+ * only where the one-head form has more workgroups than the GPU runs at
+ * once: so the most heads that leave at least
+ * VK_ATTENTION_HEADS_WORKGROUPS workgroups. Every form gives a head the
+ * same bits (test_vk_ops), so a token decoded and verified in different
+ * forms is the same token. */
+static uint32_t attention_heads(const struct vk_backend *be, int64_t units,
+                                int n_head, int n_head_kv)
+{
+    const int group = n_head / n_head_kv;
+    if (!be->has_heads_forms)
+        return 1;
+    for (uint32_t heads = 4; heads > 1; heads /= 2)
+        if (group % (int)heads == 0 &&
+            units / heads >= VK_ATTENTION_HEADS_WORKGROUPS)
+            return heads;
+    return 1;
+}
+
+/* The attention (or, with rope, attention_rope) pipeline of `heads` query
+ * heads a workgroup. */
+static const struct vk_pipeline *attention_form(const struct vk_backend *be,
+                                                bool rope, uint32_t heads)
+{
+    if (heads == 4)
+        return rope ? &be->attention_rope_h4 : &be->attention_h4;
+    if (heads == 2)
+        return rope ? &be->attention_rope_h2 : &be->attention_h2;
+    return rope ? &be->attention_rope : &be->attention;
+}
+
 static void vkb_attention(struct backend *base, struct be_tensor *out,
                           const struct be_tensor *q, const struct kv_cache *kv,
                           int il, int n, int pos0, int n_head, int n_head_kv,
@@ -1339,7 +1385,10 @@ static void vkb_attention(struct backend *base, struct be_tensor *out,
                        scale, st.in_place);
     const struct vk_buffer *bufs[] = {buf(q), &be->kv_k[il], &be->kv_v[il],
                                       st.k, st.v, buf(out), &rt->buf};
-    dispatch(be, &be->attention, bufs, &pc, (uint32_t)n_head, (uint32_t)n, 1);
+    const uint32_t heads =
+        attention_heads(be, (int64_t)n * n_head, n_head, n_head_kv);
+    dispatch(be, attention_form(be, false, heads), bufs, &pc,
+             (uint32_t)n_head / heads, (uint32_t)n, 1);
 }
 
 /* Whether attention_rope takes layer il's batch of n rows: at most
@@ -1379,38 +1428,6 @@ static uint32_t attention_splits(const struct kv_cache *kv, int il, int pos0,
                                  pc->split_keys, pc->max_splits);
     pc->split_stride = most;
     return most;
-}
-
-/* The attention_rope form for a batch of n rows of n_head query heads over
- * n_head_kv, whose rows take at most `most` splits: how many query heads
- * of a kv head a workgroup takes (1, 2 or 4, dividing the heads of a kv
- * head), into *heads. Loading a key once for 4 heads makes a workgroup's
- * chain of work longer (1B shape on the H200: 26.5 us a decode step's
- * dispatch against 14.2), which pays only where the one-head form has
- * more workgroups than the GPU runs at once: so the most heads that leave
- * at least VK_ATTENTION_HEADS_WORKGROUPS workgroups. Every form gives a
- * head the same bits (test_vk_ops), so a token decoded and verified in
- * different forms is the same token. */
-static const struct vk_pipeline *rope_attention_form(struct vk_backend *be,
-                                                     int n, int n_head,
-                                                     int n_head_kv,
-                                                     uint32_t most,
-                                                     uint32_t *heads)
-{
-    const int group = n_head / n_head_kv;
-    const int64_t units = (int64_t)n * n_head * most;
-    *heads = 1;
-    if (!be->has_rope_heads)
-        return &be->attention_rope;
-    if (group % 4 == 0 && units / 4 >= VK_ATTENTION_HEADS_WORKGROUPS) {
-        *heads = 4;
-        return &be->attention_rope_h4;
-    }
-    if (group % 2 == 0 && units / 2 >= VK_ATTENTION_HEADS_WORKGROUPS) {
-        *heads = 2;
-        return &be->attention_rope_h2;
-    }
-    return &be->attention_rope;
 }
 
 /* attention_rope's grid in z for a batch of n rows of `per_row`
@@ -1472,9 +1489,8 @@ static void vkb_rope_attention(struct backend *base, struct kv_cache *kv,
     pc.eps = rope->norm_eps;
     const uint32_t most =
         attention_splits(kv, il, pos0, n, n_head, window, &pc);
-    uint32_t heads;
-    const struct vk_pipeline *form =
-        rope_attention_form(be, n, n_head, n_head_kv, most, &heads);
+    const uint32_t heads =
+        attention_heads(be, (int64_t)n * n_head * most, n_head, n_head_kv);
     const uint32_t groups_z = attention_split_grid(
         be, n, n_head, head_dim, (uint32_t)n_head / heads, most, &pc);
     if (!groups_z)
@@ -1483,8 +1499,8 @@ static void vkb_rope_attention(struct backend *base, struct kv_cache *kv,
                                       buf(k),   buf(v),        buf(out),
                                       &rt->buf, qw,            kw,
                                       &be->splits};
-    dispatch(be, form, bufs, &pc, (uint32_t)n_head / heads, (uint32_t)n,
-             groups_z);
+    dispatch(be, attention_form(be, true, heads), bufs, &pc,
+             (uint32_t)n_head / heads, (uint32_t)n, groups_z);
     if (most > 1) {
         const struct vk_buffer *parts[] = {&be->splits, buf(out), &rt->buf};
         dispatch(be, &be->attention_merge, parts, &pc, (uint32_t)n_head,

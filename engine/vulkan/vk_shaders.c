@@ -41,6 +41,12 @@ static void fill_spirv(void)
     }
 }
 
+const struct vk_spirv *vk_shader_at(size_t i)
+{
+    pthread_once(&spirv_once, fill_spirv);
+    return i < N_SHADERS ? &spirv[i] : NULL;
+}
+
 const struct vk_spirv *vk_shader_find(const char *name)
 {
     pthread_once(&spirv_once, fill_spirv);

@@ -26,6 +26,9 @@ struct vk_spirv {
 /* The embedded shader `name`, or NULL when the build has none of that
  * name. */
 const struct vk_spirv *vk_shader_find(const char *name);
+/* The i-th embedded shader (in the Makefile's order), or NULL past the
+ * last: for walking them all. */
+const struct vk_spirv *vk_shader_at(size_t i);
 
 /* matmul_<t>, t in f32 f16 bf16 q8_0 q4_0 q5_0 q4_k q6_k: for up to
  * MM_MAX_MATS matrices W_m of one type and width n_cols,
@@ -327,9 +330,10 @@ struct vk_push_attention {
  * of split_keys (the last may be shorter; att_split.glsl), in the order attention numbers them (0 .. n_vis - 1). Split
  * s of head h of row t writes a partial of head_dim + 2 floats to PART at
  * ((t n_head + h) split_stride + s) (head_dim + 2), split_stride at least
- * the most splits of a row of the batch: its largest score m, the sum l
- * of e^(score - m) over its positions, and head_dim values
- * sum e^(score - m) V. attention_merge then makes those rows' outputs.
+ * the most splits of a row of the batch: its largest dot product
+ * m = max q.k, the sum l of e^(scale (q.k - m)) over its positions, and
+ * head_dim values sum e^(scale (q.k - m)) V (scale > 0). attention_merge
+ * then makes those rows' outputs.
  * Workgroup z takes splits z split_group .. (z + 1) split_group - 1 of its
  * row (those that exist); a row not split is z = 0's whole, as without
  * splits. The splits of a row depend on its position and the push
@@ -348,15 +352,16 @@ struct vk_push_attention {
  * attention_rope_cpu as attention_cpu. */
 #define VK_ROPE_ATTENTION_BYTES 17408
 #define VK_ROPE_ATTENTION_ROWS 17
-/* attention_rope_h2 and attention_rope_h4: attention_rope for 2 or 4
- * query heads of one kv head a workgroup, heads x heads .. x heads + heads
- * - 1 of workgroup x (grid: (n_head / heads, n_rows, as above)), each
- * head's output the bits attention_rope gives it; for devices whose
- * subgroups are at least VK_ROPE_ATTENTION_HEADS_SUBGROUP wide. Each key
- * and value is loaded once for all the heads. */
-#define VK_ROPE_ATTENTION_HEADS_SUBGROUP 8
-/* The fewest workgroups a batch's attention_rope_h2/_h4 grid is left with
- * (backend_vulkan.c's rope_attention_form): about one to each
+/* attention_h2, attention_h4, attention_rope_h2 and attention_rope_h4:
+ * attention and attention_rope for 2 or 4 query heads of one kv head a
+ * workgroup, heads x heads .. x heads + heads - 1 of workgroup x (grid:
+ * (n_head / heads, as above)), each head's output the bits the one-head
+ * shader gives it; for devices whose subgroups are at least
+ * VK_ATTENTION_HEADS_SUBGROUP wide. Each key and value is loaded once for
+ * all the heads. */
+#define VK_ATTENTION_HEADS_SUBGROUP 8
+/* The fewest workgroups a batch's grid of several heads a workgroup is
+ * left with (backend_vulkan.c's attention_heads): about one to each
  * multiprocessor of an H200 (132). */
 #define VK_ATTENTION_HEADS_WORKGROUPS 128
 /* The fewest positions a split takes (one chunk of the GPU attention's
@@ -381,7 +386,7 @@ uint32_t vk_attention_most_splits(const struct kv_layer *L, int window,
                                   uint32_t max_splits);
 
 /* attention_merge: the output of each row attention_rope split, from its
- * partials: with M the largest m_s and w_s = e^(m_s - M),
+ * partials: with M the largest m_s and w_s = e^(scale (m_s - M)),
  *   out[t][h] = sum_s w_s o_s / sum_s w_s l_s,
  * splits added in order; rows of split_keys visible positions or fewer
  * are left as attention_rope wrote them. Push constants: attention_rope's.
