@@ -267,7 +267,7 @@ float fma_dot(vec4 a, vec4 b, float s)
 #define DOT_LOOP(FETCH, buf, off, e0, s)                                     \
     {                                                                        \
         precise float s0_[NH], s1_[NH];                                      \
-        [[unroll]] for (uint q_ = 0u; q_ < NH; q_++) {                                  \
+        [[unroll]] for (uint q_ = 0u; q_ < NH; q_++) {                       \
             s0_[q_] = 0.0;                                                   \
             s1_[q_] = 0.0;                                                   \
         }                                                                    \
@@ -277,7 +277,7 @@ float fma_dot(vec4 a, vec4 b, float s)
             [[unroll]] for (uint u_ = 0u; u_ < 8u; u_++)                     \
                 f_[u_] = FETCH(buf, off, (e0) + d_ + 4u * u_);               \
             [[unroll]] for (uint u_ = 0u; u_ < 8u; u_ += 2u)                 \
-                [[unroll]] for (uint q_ = 0u; q_ < NH; q_++) {                          \
+                [[unroll]] for (uint q_ = 0u; q_ < NH; q_++) {               \
                     const uint i_ = (d_ >> 2u) + u_;                         \
                     s0_[q_] = fma_dot(qsh[q_][i_], f_[u_], s0_[q_]);         \
                     s1_[q_] = fma_dot(qsh[q_][i_ + 1u], f_[u_ + 1u],         \
@@ -286,10 +286,10 @@ float fma_dot(vec4 a, vec4 b, float s)
         }                                                                    \
         for (; d_ < pc.head_dim; d_ += 4u) {                                 \
             const vec4 f_ = FETCH(buf, off, (e0) + d_);                      \
-            [[unroll]] for (uint q_ = 0u; q_ < NH; q_++)                                \
+            [[unroll]] for (uint q_ = 0u; q_ < NH; q_++)                     \
                 s0_[q_] = fma_dot(qsh[q_][d_ >> 2u], f_, s0_[q_]);           \
         }                                                                    \
-        [[unroll]] for (uint q_ = 0u; q_ < NH; q_++)                                    \
+        [[unroll]] for (uint q_ = 0u; q_ < NH; q_++)                         \
             s[q_] = s0_[q_] + s1_[q_];                                       \
     }
 
@@ -300,11 +300,11 @@ float fma_dot(vec4 a, vec4 b, float s)
 /* The same, value by value, for any type and alignment. */
 #define DOT_SLOW(buf, off, e0, s)                                            \
     {                                                                        \
-        [[unroll]] for (uint q_ = 0u; q_ < NH; q_++)                                    \
+        [[unroll]] for (uint q_ = 0u; q_ < NH; q_++)                         \
             s[q_] = 0.0;                                                     \
         for (uint d_ = 0u; d_ < pc.head_dim; d_++) {                         \
             const float v_ = VALUE(buf, off, (e0) + d_);                     \
-            [[unroll]] for (uint q_ = 0u; q_ < NH; q_++)                                \
+            [[unroll]] for (uint q_ = 0u; q_ < NH; q_++)                     \
                 s[q_] = fma(qsh[q_][d_ >> 2u][d_ & 3u], v_, s[q_]);          \
         }                                                                    \
     }
@@ -321,11 +321,12 @@ float fma_dot(vec4 a, vec4 b, float s)
         uint j_[V_STEP];                                                     \
         [[unroll]] for (uint u_ = 0u; u_ < V_STEP; u_++) {                   \
             j_[u_] = min(j0_ + u_ * parts, (je) - 1u);                       \
-            const uint off_ = (base) + (rsh[b][j_[u_]] & ~STAGED) * (stride);\
+            const uint r_ = rsh[b][j_[u_]] & ~STAGED;                        \
+            const uint off_ = (base) + r_ * (stride);                        \
             v_[u_] = FETCH(buf, off_, (eh) + dv);                            \
         }                                                                    \
         [[unroll]] for (uint u_ = 0u; u_ < V_STEP; u_++)                     \
-            [[unroll]] for (uint q_ = 0u; q_ < NH; q_++) {                              \
+            [[unroll]] for (uint q_ = 0u; q_ < NH; q_++) {                   \
                 const float p_ =                                             \
                     j0_ + u_ * parts < (je) ? PSH(b, q_, j_[u_]) : 0.0;      \
                 o[q_] = fma(vec4(p_), v_[u_], o[q_]);                        \
@@ -339,7 +340,7 @@ float fma_dot(vec4 a, vec4 b, float s)
         vec4 v_ = vec4(0.0);                                                 \
         for (uint i_ = 0u; i_ < nv; i_++)                                    \
             v_[i_] = VALUE(buf, off_, (eh) + dv + i_);                       \
-        [[unroll]] for (uint q_ = 0u; q_ < NH; q_++)                                    \
+        [[unroll]] for (uint q_ = 0u; q_ < NH; q_++)                         \
             o[q_] = fma(vec4(PSH(b, q_, j_)), v_, o[q_]);                    \
     }
 

@@ -12,9 +12,10 @@
  * rounding at every half's midpoint; attention over full, masked, ring and
  * sink+window caches within 1e-4, and a query row's attention alone to the
  * bit of the same row in a batch; argmax picking each row's token as
- * sample_argmax does, ties, NaNs and signed zeros included. Without a
- * Vulkan device every test prints "SKIP (no Vulkan device): <why>" and
- * skips. */
+ * sample_argmax does, ties, NaNs and signed zeros included; and no
+ * shader's SPIR-V leaving a product next to a sum for a driver to fuse
+ * (which needs no device). Without a Vulkan device every other test
+ * prints "SKIP (no Vulkan device): <why>" and skips. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
