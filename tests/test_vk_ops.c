@@ -1218,11 +1218,8 @@ static struct vk_buffer cache_with_batch(const struct kv_cache *kv,
     return b;
 }
 
-/* out = the attention shader's n rows for queries q at positions pos0..,
- * the rows kv has staged: in stage buffers, or (in_place, a full cache)
- * in their slots, the cache bound as its own stage from row pos0, as the
- * backend runs a full cache. */
-/* attention's forms: a shader and the query heads a workgroup takes. */
+/* attention's forms: a shader (GPUs' and CPU devices' workgroup sizes,
+ * and several query heads a workgroup) and the heads a workgroup takes. */
 struct attention_form {
     const char *shader;
     uint32_t heads;
@@ -1235,16 +1232,21 @@ _Static_assert(sizeof attention_forms / sizeof attention_forms[0] ==
                    N_ATTENTION_FORMS,
                "N_ATTENTION_FORMS counts attention_forms");
 
-/* Whether form f runs case c's heads here: several query heads a
- * workgroup need them to divide a kv head's and subgroups of 8 or more. */
-static bool attention_form_runs(const struct attention_form *f, int n_head,
-                                int n_head_kv)
+/* Whether a form of `heads` query heads a workgroup runs a model of n_head
+ * heads over n_head_kv here: several heads a workgroup need them to
+ * divide a kv head's and subgroups of VK_ATTENTION_HEADS_SUBGROUP or more
+ * (attention and attention_rope alike). */
+static bool heads_form_runs(uint32_t heads, int n_head, int n_head_kv)
 {
-    return f->heads == 1 ||
-           ((n_head / n_head_kv) % (int)f->heads == 0 &&
+    return heads == 1 ||
+           ((n_head / n_head_kv) % (int)heads == 0 &&
             vk_device_subgroup_size(dev) >= VK_ATTENTION_HEADS_SUBGROUP);
 }
 
+/* out = the attention shader's n rows for queries q at positions pos0..,
+ * the rows kv has staged: in stage buffers, or (in_place, a full cache)
+ * in their slots, the cache bound as its own stage from row pos0, as the
+ * backend runs a full cache. */
 static void attention_on_device(const struct attention_form *f,
                                 const struct attention_case *c,
                                 const struct kv_cache *kv, int pos0, int n,
@@ -1292,8 +1294,6 @@ static void attention_on_device(const struct attention_form *f,
         vk_buffer_free(dev, &bvs);
     }
 }
-
-/* The two workgroup sizes of attention.comp: GPUs', CPU devices'. */
 
 /* The CPU formula in double, reading rows through kv.h: for query row t,
  * head h, value d at i = (t n_head + h) head_dim + d, want[i] and the
@@ -1375,7 +1375,7 @@ static void check_attention(const struct attention_case *c)
         const char *shader = f->shader;
         const bool in_place = i % 2;
         if ((in_place && !full) ||
-            !attention_form_runs(f, c->n_head, c->n_head_kv))
+            !heads_form_runs(f->heads, c->n_head, c->n_head_kv))
             continue;
         attention_on_device(f, c, kv, pos0, c->n, q, in_place, got);
         if (i / 2 == 0) {
@@ -1468,7 +1468,7 @@ static void test_attention_sink_window_matches_cpu(void **state)
 static void check_attention_batch_invariance(const struct attention_form *f,
                                              const struct attention_case *c)
 {
-    if (!attention_form_runs(f, c->n_head, c->n_head_kv))
+    if (!heads_form_runs(f->heads, c->n_head, c->n_head_kv))
         return;
     const char *shader = f->shader;
     const int hd = c->head_dim, n_pos = c->n_past + c->n;
@@ -2583,9 +2583,7 @@ static void check_rope_attention(const struct rope_attention_case *c)
     uint8_t *one_head_k = malloc(cache), *one_head_v = malloc(cache);
     for (size_t i = 0; i < sizeof forms / sizeof forms[0]; i++) {
         const struct rope_attention_form *f = &forms[i];
-        if (f->heads > 1 &&
-            ((c->n_head / c->n_head_kv) % (int)f->heads ||
-             vk_device_subgroup_size(dev) < VK_ATTENTION_HEADS_SUBGROUP))
+        if (!heads_form_runs(f->heads, c->n_head, c->n_head_kv))
             continue;
         const char *shader = f->shader;
         rope_attention_fused(c, kv, &d, n, f,

@@ -278,22 +278,23 @@ static void make_heads_pipelines(struct vk_backend *be, bool rowwise)
                                          VK_ATTENTION_HEADS_SUBGROUP;
     if (!be->has_heads_forms)
         return;
-    const uint32_t push = sizeof(struct vk_push_attention);
+    const struct {
+        const char *shader;
+        int n_buffers;
+        struct vk_pipeline *out;
+    } forms[] = {{"attention_h2", 7, &be->attention_h2},
+                 {"attention_h4", 7, &be->attention_h4},
+                 {"attention_rope_h2", 10, &be->attention_rope_h2},
+                 {"attention_rope_h4", 10, &be->attention_rope_h4}};
+    const size_t n = sizeof forms / sizeof forms[0];
     struct kk_error ignored;
-    if (make_pipeline(be, "attention_rope_h2", 10, push,
-                      &be->attention_rope_h2, &ignored) ||
-        make_pipeline(be, "attention_rope_h4", 10, push,
-                      &be->attention_rope_h4, &ignored) ||
-        make_pipeline(be, "attention_h2", 7, push, &be->attention_h2,
-                      &ignored) ||
-        make_pipeline(be, "attention_h4", 7, push, &be->attention_h4,
-                      &ignored)) {
-        vk_pipeline_free(be->dev, &be->attention_rope_h2);
-        vk_pipeline_free(be->dev, &be->attention_rope_h4);
-        vk_pipeline_free(be->dev, &be->attention_h2);
-        vk_pipeline_free(be->dev, &be->attention_h4);
-        be->has_heads_forms = false;
-    }
+    for (size_t i = 0; i < n && be->has_heads_forms; i++)
+        be->has_heads_forms =
+            !make_pipeline(be, forms[i].shader, forms[i].n_buffers,
+                           sizeof(struct vk_push_attention), forms[i].out,
+                           &ignored);
+    for (size_t i = 0; i < n && !be->has_heads_forms; i++)
+        vk_pipeline_free(be->dev, forms[i].out);
 }
 
 static int make_pipelines(struct vk_backend *be, struct kk_error *err)

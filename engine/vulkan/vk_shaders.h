@@ -327,8 +327,9 @@ struct vk_push_attention {
  *
  * Splits: a row that sees n_vis > split_keys positions (split_keys > 0)
  * is cut into at most max_splits splits of row_keys positions, a multiple
- * of split_keys (the last may be shorter; att_split.glsl), in the order attention numbers them (0 .. n_vis - 1). Split
- * s of head h of row t writes a partial of head_dim + 2 floats to PART at
+ * of split_keys (the last may be shorter; att_split.glsl), in the order
+ * attention numbers them (0 .. n_vis - 1). Split s of head h of row t
+ * writes a partial of head_dim + 2 floats to PART at
  * ((t n_head + h) split_stride + s) (head_dim + 2), split_stride at least
  * the most splits of a row of the batch: its largest dot product
  * m = max q.k, the sum l of e^(scale (q.k - m)) over its positions, and
