@@ -64,9 +64,10 @@ $(BUILD)/%.o: %.c
 	$(CC) $(ALL_CFLAGS) -c $< -o $@
 
 # ---- shaders: GLSL -> SPIR-V (glslc) -> linked into the binary ----
-# matmul.comp is compiled ten times per weight type: for GPUs matmul_<t>
-# (batches of 16 tokens), matmul_t8_<t> and matmul_t4_<t> (up to 8 and 4:
-# verify blocks) and matmul_one_<t> (decode); matmul_rows_<t> for CPU
+# matmul.comp is compiled eleven times per weight type: for GPUs matmul_<t>
+# (batches of 16 tokens), matmul_t8_<t>, matmul_t8s2_<t> and matmul_t4_<t>
+# (up to 16, 8 and 4: verify blocks; t8s2 on 2 rows a team) and
+# matmul_one_<t> (decode); matmul_rows_<t> for CPU
 # devices; matmul_one_norm_<t>, matmul_t4_norm_<t> and matmul_rows_norm_<t>
 # as those forms with the RMSNorm of their input folded in; matmul_dec_<t>
 # and matmul_dec_norm_<t>, decode on devices with 32-wide subgroups (the
@@ -77,9 +78,9 @@ $(BUILD)/%.o: %.c
 # every .spv in with .incbin; shader_list.h names them for vk_shaders.c's
 # table.
 MATMUL_TYPES := f32 f16 bf16 q8_0 q4_0 q5_0 q4_k q6_k
-MATMUL_FORMS := matmul_ matmul_t8_ matmul_t4_ matmul_one_ matmul_rows_ \
-                matmul_one_norm_ matmul_t4_norm_ matmul_rows_norm_ \
-                matmul_dec_ matmul_dec_norm_
+MATMUL_FORMS := matmul_ matmul_t8_ matmul_t8s2_ matmul_t4_ matmul_one_ \
+                matmul_rows_ matmul_one_norm_ matmul_t4_norm_ \
+                matmul_rows_norm_ matmul_dec_ matmul_dec_norm_
 SHADER_NAMES := $(foreach f,$(MATMUL_FORMS),$(MATMUL_TYPES:%=$(f)%)) \
                 matmul_mma_q8_0 \
                 $(foreach n,1 4 8 8r2,matmul_qx$(n)_q8_0 matmul_qx$(n)_norm_q8_0) \
@@ -108,13 +109,15 @@ $(BUILD)/shaders/matmul_rows_norm_%.spv: shaders/matmul.comp $(wildcard shaders/
 	$(GLSLC) $(GLSL_FLAGS) -DMM_ROWWISE -DMM_NORM \
 	    -DWTYPE_$(shell echo $* | tr a-z A-Z) $< -o $@
 
-# Tokens per workgroup (MM_NT), MM_PAIR, and teams sharing an x tile
-# (MM_TEAMS, MM_XT), as vk_matmul_forms in vk_shaders.c says (the teams
-# there must match). MATMUL_DEFS_ is the 16-token form's.
+# Tokens per workgroup (MM_NT), MM_PAIR, teams sharing an x tile
+# (MM_TEAMS, MM_XT) and rows a team (MM_NS, default 4), as
+# vk_matmul_forms in vk_shaders.c says (the teams and slots there must
+# match). MATMUL_DEFS_ is the 16-token form's.
 MATMUL_DEFS_one_ := -DMM_NT=1 -DMM_PAIR
 MATMUL_DEFS_one_norm_ := -DMM_NT=1 -DMM_TEAMS=2 -DMM_XT=1 -DMM_NORM
 MATMUL_DEFS_t4_ := -DMM_NT=4 -DMM_TEAMS=4 -DMM_XT=4
 MATMUL_DEFS_t8_ := -DMM_NT=8 -DMM_TEAMS=4 -DMM_XT=4
+MATMUL_DEFS_t8s2_ := $(MATMUL_DEFS_t8_) -DMM_NS=2
 MATMUL_DEFS_t4_norm_ := $(MATMUL_DEFS_t4_) -DMM_NORM
 MATMUL_DEFS_dec_ := -DMM_NT=1 -DMM_TEAMS=2 -DMM_DECODE
 MATMUL_DEFS_dec_norm_ := $(MATMUL_DEFS_dec_) -DMM_NORM
@@ -134,7 +137,7 @@ $$(BUILD)/shaders/matmul_$(1)%.spv: shaders/matmul.comp $$(wildcard shaders/*.gl
 	$$(GLSLC) $$(GLSL_FLAGS) $$(MATMUL_DEFS_$(1)) \
 	    -DWTYPE_$$(shell echo $$* | tr a-z A-Z) $$< -o $$@
 endef
-$(foreach f,one_ one_norm_ t4_ t4_norm_ t8_ dec_ dec_norm_ mma_ \
+$(foreach f,one_ one_norm_ t4_ t4_norm_ t8_ t8s2_ dec_ dec_norm_ mma_ \
     qx1_ qx4_ qx8_ qx8r2_ qx1_norm_ qx4_norm_ qx8_norm_ qx8r2_norm_,\
     $(eval $(call MATMUL_FORM_RULE,$(f))))
 

@@ -37,7 +37,10 @@
  * serves MM_TEAMS x MM_SLOTS rows. Measured on the H200 (1B shape, Q8_0):
  * verifying 8 tokens 3.59 ms against 4.02 with 4 teams and tiles of 4
  * tokens; tiles of 8 tokens (32 KiB, fewer workgroups per multiprocessor)
- * were slower than none, 2 teams slower still.
+ * were slower than none, 2 teams slower still. A team's rows (-DMM_NS) are
+ * 4, or 2 in matmul_t8s2_<t> (batches of 5..8): half the partial sums,
+ * so that a matrix of few rows gets twice the workgroups (vk_shaders.c's
+ * vk_matmul_forms says what it measured); a row's sums do not change.
  *
  * No branch may separate a thread's weight loads from each other: a GPU
  * waits for the loads before a branch before it takes it, which made each
@@ -1286,8 +1289,10 @@ void main()
  * registers (that made the whole matmul 5x slower). */
 #if MM_NS == 4
 #define SLOTS(F) F(0u) F(1u) F(2u) F(3u)
+#elif MM_NS == 2
+#define SLOTS(F) F(0u) F(1u)
 #else
-#error "matmul.comp: MM_NS is 4"
+#error "matmul.comp: MM_NS is 2 or 4"
 #endif
 #define TOKENS_0_3(F) F(0u) F(1u) F(2u) F(3u)
 #define TOKENS_4_7(F) F(4u) F(5u) F(6u) F(7u)

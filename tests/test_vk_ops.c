@@ -315,7 +315,8 @@ static void matmul_on_device(const struct mm_call *c)
         rowwise ? MM_ROWWISE_ROWS
         : mma   ? VK_MMA_ROWS
         : qx    ? VK_QX_INVOCATIONS / qx_lanes * (uint32_t)qx->rows
-                : teams * (c->mode == MM_GATED ? MM_SLOTS / 2 : MM_SLOTS);
+                : teams * (uint32_t)(c->mode == MM_GATED ? form->slots / 2
+                                                          : form->slots);
     const int n_out = c->mode == MM_STORE ? c->n_mats : 1;
     struct vk_buffer bw[MM_MAX_MATS], by[MM_MAX_MATS];
     struct vk_push_matmul push = {.n_cols = (uint32_t)c->n_cols,

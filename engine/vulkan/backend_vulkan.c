@@ -902,6 +902,7 @@ static void record_matmul(struct vk_backend *be, uint32_t mode, int count,
     const int teams = decode ? 1
                       : norm ? vk_matmul_forms[form].norm_teams
                              : vk_matmul_forms[form].teams;
+    const int slots = decode ? MM_SLOTS : vk_matmul_forms[form].slots;
     if (qx)
         pc.lanes = vk_qx_lanes((uint32_t)(mode == MM_GATED ? w[0]->n_rows
                                                             : rows_of(count, w)),
@@ -910,9 +911,9 @@ static void record_matmul(struct vk_backend *be, uint32_t mode, int count,
         qx    ? VK_QX_INVOCATIONS / pc.lanes * (uint32_t)vk_qx_forms[qf].rows
         : mma ? VK_MMA_ROWS
         : be->matmul_rowwise ? MM_ROWWISE_ROWS
-                             : (uint32_t)teams * (mode == MM_GATED
-                                                      ? MM_SLOTS / 2
-                                                      : MM_SLOTS);
+                             : (uint32_t)(teams * (mode == MM_GATED
+                                                       ? slots / 2
+                                                       : slots));
     const struct vk_buffer *bufs[2 * MM_MAX_MATS + 2];
     uint32_t groups = 0;
     for (int m = 0; m < MM_MAX_MATS; m++) {

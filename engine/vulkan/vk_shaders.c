@@ -61,12 +61,25 @@ const struct vk_spirv *vk_shader_find(const char *name)
  * against 6.18-6.23 in the 16-token form (12 tokens: 4.65-4.75 against
  * 5.73-5.77); the 4-token form in four y-groups, 5.73-5.77. For 5..8
  * tokens the 4-token form in two y-groups was slower than the 8-token
- * form (3.24-3.28 against 3.09-3.24 ms at 8). */
+ * form (3.24-3.28 against 3.09-3.24 ms at 8).
+ *
+ * Batches of 5..8 take the 8-token form on 2 rows a team (t8s2): o and
+ * down, the products of x as it comes, then run in 256 workgroups of 80
+ * registers a thread instead of 128 of 128 registers, one a
+ * multiprocessor, whose threads wait at the x tiles' barriers with
+ * nothing else to run. On the H200 (1B shape, Q8_0) those products took
+ * 26.0 us a dispatch against 28.8 (KAKEYA_VK_PROFILE=1), and verifying 8
+ * tokens 2.24-2.29 ms against 2.37-2.41; but 16 tokens, in two y-groups,
+ * 4.03-4.04 against 3.34-3.39 (twice the workgroups, each staging its own
+ * x), so those keep 4 rows a team. Tiles of 8 tokens (-DMM_XT=8, 32 KiB)
+ * gave 2.31-2.32 ms at 8 tokens and 3.75 at 16 (204 registers), and both
+ * together 2.45-2.46 and 4.06. */
 const struct vk_matmul_form vk_matmul_forms[VK_MATMUL_FORMS] = {
-    {"one_", 1, 1, 1, "one_norm_", 2},
-    {"t4_", 4, 4, 4, "t4_norm_", 4},
-    {"t8_", 8, 16, 4, NULL, 0},
-    {"", MM_TOKENS, INT_MAX, 1, NULL, 0}};
+    {"one_", 1, 1, 1, MM_SLOTS, "one_norm_", 2},
+    {"t4_", 4, 4, 4, MM_SLOTS, "t4_norm_", 4},
+    {"t8s2_", 8, 8, 4, 2, NULL, 0},
+    {"t8_", 8, 16, 4, MM_SLOTS, NULL, 0},
+    {"", MM_TOKENS, INT_MAX, 1, MM_SLOTS, NULL, 0}};
 
 /* Every workgroup quantizes its tokens' x before its first row, so a form
  * of more tokens wants fewer, longer lived workgroups: on the H200 (1B

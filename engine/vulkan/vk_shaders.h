@@ -56,8 +56,8 @@ const struct vk_spirv *vk_shader_at(size_t i);
  * other GPU form gives it, alone or in any batch. matmul_rows_<t>: one
  * invocation per row, for devices whose invocations are a CPU's SIMD
  * lanes (lavapipe).
- * grid: row groups of teams x MM_SLOTS rows (MM_GATED: teams x MM_SLOTS
- * / 2 rows of both matrices) for the GPU forms (teams: vk_matmul_forms),
+ * grid: row groups of teams x slots rows (MM_GATED: teams x slots / 2
+ * rows of both matrices) for the GPU forms (vk_matmul_forms),
  * MM_ROWWISE_ROWS rows (or row pairs) for matmul_rows_<t>. Matrix m's
  * groups are numbered from start[m] (start[0] = 0; ~0u for a matrix not
  * in the dispatch; MM_GATED numbers only matrix 0's). groups_y =
@@ -79,13 +79,14 @@ struct vk_push_matmul {
 /* The GPU forms of matmul_<t> by batch size, smallest first: the first
  * whose max_batch holds a batch runs it, in y-groups of its max_tokens
  * (the last takes any batch). A workgroup is `teams` teams of 64 threads,
- * each team on MM_SLOTS rows of its own (the Makefile's MATMUL_DEFS_
- * compile each form to match: -DMM_NT, -DMM_TEAMS). */
+ * each team on `slots` rows of its own (the Makefile's MATMUL_DEFS_
+ * compile each form to match: -DMM_NT, -DMM_TEAMS, -DMM_NS). */
 struct vk_matmul_form {
     const char *prefix;   /* the shader is matmul_<prefix><t> */
     int max_tokens;       /* tokens a workgroup takes (a y-group) */
     int max_batch;        /* the largest batch it runs (INT_MAX: any) */
     int teams;
+    int slots;            /* rows a team (-DMM_NS), its norm form's too */
     /* The same form with the norm folded in (matmul_<norm_prefix><t>), or
      * NULL: then the norm is a dispatch of its own before the matmul; and
      * its teams (it may share x among more rows: every workgroup reads
@@ -96,7 +97,7 @@ struct vk_matmul_form {
 /* The rowwise form, and its form with the norm folded in. */
 #define VK_MATMUL_ROWS_PREFIX "rows_"
 #define VK_MATMUL_ROWS_NORM_PREFIX "rows_norm_"
-enum { VK_MATMUL_FORMS = 4 };
+enum { VK_MATMUL_FORMS = 5 };
 extern const struct vk_matmul_form vk_matmul_forms[VK_MATMUL_FORMS];
 
 /* The decode forms for devices whose subgroups are all VK_DECODE_SUBGROUP
