@@ -2867,16 +2867,14 @@ static int spv_fusable_sums(const uint32_t *code, size_t words)
 {
     const uint32_t bound = code[3];
     bool *fixed = calloc(bound, 1), *product = calloc(bound, 1);
-    for (size_t i = 5; i < words; i += code[i] >> 16) {
+    /* Decorations come before any function in a module, so a product is
+     * known fixed or not when it is met. Every walk stops at a zero word
+     * count (malformed). */
+    for (size_t i = 5; i < words && code[i] >> 16; i += code[i] >> 16) {
         const uint32_t op = code[i] & 0xffff;
         if (op == SPV_DECORATE && code[i + 2] == SPV_NO_CONTRACTION &&
             code[i + 1] < bound)
             fixed[code[i + 1]] = true;
-        if (code[i] >> 16 == 0)
-            break;   /* malformed: a zero word count */
-    }
-    for (size_t i = 5; i < words && code[i] >> 16; i += code[i] >> 16) {
-        const uint32_t op = code[i] & 0xffff;
         if ((op == SPV_FMUL || op == SPV_VECTOR_TIMES_SCALAR ||
              op == SPV_MATRIX_TIMES_SCALAR) && code[i + 2] < bound &&
             !fixed[code[i + 2]])
