@@ -13,9 +13,14 @@
 #                                (git-ignored through .git/info/exclude)
 #   bash tools/gpu-ab.sh run     there, carrying .gpu-ab
 #
-# pack's setting: EXTRA_BINS, NAME=PATH entries separated by spaces:
-# further kakeya binaries (say, a throwaway build in another worktree)
-# packed as bin/NAME, for VARIANTS to name.
+# pack's settings, NAME=... entries separated by spaces, each packed as
+# bin/NAME for VARIANTS to name:
+#   EXTRA_REVS  NAME=REV: further revisions (say, commits on a throwaway
+#               branch), each built clean in a scratch worktree as the
+#               base is; the safe way to compare variants of a shader
+#   EXTRA_BINS  NAME=PATH: kakeya binaries built elsewhere, as they are
+#               (a copied build/ directory keeps the shaders it was built
+#               with unless they are rebuilt)
 #
 # run's settings (environment):
 #   VARIANTS  NAME:BINARY:ENV entries separated by spaces (default
@@ -43,26 +48,42 @@ cd "$(dirname "$0")/.."
 . tools/gpu-common.sh
 KIT=.gpu-ab
 
+# Builds REV's kakeya in a scratch worktree and copies it to DEST: a clean
+# build, so nothing of this tree's build/ (shaders compiled from other
+# sources) comes along.
+build_rev() { # REV DEST
+    local scratch ok=1
+    scratch=$(mktemp -d)
+    if ! git worktree add -q --detach "$scratch/tree" "$1"; then
+        echo "gpu-ab: cannot check out $1 (a commit, branch or tag?)" >&2
+        rm -rf "$scratch"
+        return 1
+    fi
+    if make -C "$scratch/tree" -j"$(nproc)" build/kakeya \
+        > "$scratch/build.log" 2>&1; then
+        cp "$scratch/tree/build/kakeya" "$2" || ok=0
+    else
+        echo "gpu-ab: $1 does not build:" >&2
+        tail -n 20 "$scratch/build.log" >&2
+        ok=0
+    fi
+    git worktree remove --force "$scratch/tree"
+    rm -rf "$scratch"
+    [ "$ok" = 1 ]
+}
+
 pack() {
-    local rev=${1:-HEAD} scratch
-    local exclude
+    local rev=${1:-HEAD} exclude extra
     exclude=$(git rev-parse --git-path info/exclude)
     mkdir -p "$(dirname "$exclude")"
     grep -qx "/$KIT/" "$exclude" 2>/dev/null || echo "/$KIT/" >> "$exclude"
     make -j"$(nproc)" build/kakeya build/tests/test_vk_ops || return 1
-    scratch=$(mktemp -d)
-    git worktree add -q --detach "$scratch/tree" "$rev" || return 1
-    if ! make -C "$scratch/tree" -j"$(nproc)" build/kakeya > "$scratch/build.log" 2>&1; then
-        tail -n 20 "$scratch/build.log"
-        git worktree remove --force "$scratch/tree"
-        return 1
-    fi
     rm -rf "$KIT" && mkdir -p "$KIT/bin"
     cp build/kakeya build/tests/test_vk_ops "$KIT/bin/"
-    cp "$scratch/tree/build/kakeya" "$KIT/bin/kakeya-base"
-    git worktree remove --force "$scratch/tree"
-    rm -rf "$scratch"
-    local extra
+    build_rev "$rev" "$KIT/bin/kakeya-base" || return 1
+    for extra in ${EXTRA_REVS:-}; do
+        build_rev "${extra#*=}" "$KIT/bin/${extra%%=*}" || return 1
+    done
     for extra in ${EXTRA_BINS:-}; do
         cp "${extra#*=}" "$KIT/bin/${extra%%=*}" || return 1
     done
