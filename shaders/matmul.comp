@@ -766,7 +766,9 @@ void main()
 #define QX_R uint(QX_ROWS)                 /* rows a unit takes at once */
 #define QX_QLANES 8u                       /* lanes per block quantized */
 #define QX_INVOCATIONS (WG * TEAMS)
-/* blocks of a row whose loads go together (QX_R rows' at once) */
+/* blocks of a row whose loads go together (QX_R rows' at once); for one
+ * token 8 (one step a row of 2,048 values on 8 lanes) measured the same
+ * as 4 on the H200: the output matrix 99.6 us against 100.1 */
 #define QX_STEP (MM_NT == 1 ? 4u : 2u / QX_R)
 #define QX_SLOTS (2u * QX_R)   /* a lane's rows; gated: gate's, then up's */
 #if QX_ROWS != 1 && QX_ROWS != 2
@@ -952,6 +954,13 @@ void main()
     const uint turns = chunks == 1u ? total / gl_NumWorkGroups.x + mine
                                     : (total + gl_NumWorkGroups.x - 1u) /
                                           gl_NumWorkGroups.x;
+    /* The first turn's weights could be loaded before this prologue, which
+     * they do not need; measured on the H200 (1B shape) with the loop in
+     * one function per row form and `gated`: 128 registers instead of 88
+     * (some spilled), the output matrix 90 us a decode step against 100,
+     * but q/k/v and gate/up 11.4 and 18.5 against 10.7 and 17.2, decoding
+     * 1.116-1.127 ms against 1.088-1.103 and verifying 16 tokens 4.4
+     * against 3.4 (matmul_qx8r2_norm: 171 registers). */
     norm_scales(t0, nt);   /* barriers: every invocation */
     if (chunks == 1u) {
         qx_quantize(0u, nb, t0, nt);
@@ -1395,7 +1404,14 @@ void accumulate_row(const uint form, uint t0, uint nt, slots sl)
  * of groups g0 .. g0 + WG into xs. The workgroup's threads take the
  * entries in x's memory order (run fastest), so the loads coalesce;
  * groups past the row's last read its last group (never used). An entry
- * past the tile repeats the last one (same value, same place). */
+ * past the tile repeats the last one (same value, same place). Each entry
+ * is stored as soon as it is loaded: loading all of a thread's entries
+ * first (as loading the next tile during this one's sums must) made
+ * verifying 9..16 tokens, which the 8-token form takes at 128 registers
+ * already, 11% slower on the H200 (1B shape, 16 tokens: 3.78-3.86 ms
+ * against 3.39-3.46). Loading the next tile and the next groups' weights
+ * a step ahead in t8s2 alone (80 registers) gave 8 tokens 2.26-2.30 ms
+ * against 2.27-2.30: the wait is not in these loads. */
 void stage_x(uint g0, uint tk, uint t0, uint nt)
 {
     const uint ng = n_groups(), threads = WG * TEAMS;

@@ -84,7 +84,12 @@ const struct vk_matmul_form vk_matmul_forms[VK_MATMUL_FORMS] = {
 /* Every workgroup quantizes its tokens' x before its first row, so a form
  * of more tokens wants fewer, longer lived workgroups: on the H200 (1B
  * shape) verifying 8 tokens took 2.86-2.88 ms with caps of 512 and 256,
- * 3.34-3.45 with 1,024 for all, and 4.38 with 256 and 128.
+ * 3.34-3.45 with 1,024 for all, and 4.38 with 256 and 128. The one-token
+ * form's cap matters only for the output matrix (4,008 row sets of the
+ * 1B shape; the layers' matrices have 96 and 256): there it took 100 us
+ * a decode step with 512, 106 with 1,024, 115 with 2,048 and 132 with
+ * none (KAKEYA_VK_PROFILE=1; 88 registers, two workgroups a
+ * multiprocessor, so more only queue).
  *
  * Two rows a unit: each x word read from shared memory serves two rows of
  * each matrix (half as many reads per weight), in half as many
