@@ -72,22 +72,35 @@ build_rev() { # REV DEST
     [ "$ok" = 1 ]
 }
 
-pack() {
-    local rev=${1:-HEAD} exclude extra
-    exclude=$(git rev-parse --git-path info/exclude)
-    mkdir -p "$(dirname "$exclude")"
-    grep -qx "/$KIT/" "$exclude" 2>/dev/null || echo "/$KIT/" >> "$exclude"
-    make -j"$(nproc)" build/kakeya build/tests/test_vk_ops || return 1
-    rm -rf "$KIT" && mkdir -p "$KIT/bin"
-    cp build/kakeya build/tests/test_vk_ops "$KIT/bin/"
-    build_rev "$rev" "$KIT/bin/kakeya-base" || return 1
+# The binaries into $KIT/bin: this tree's, REV's as kakeya-base, and the
+# extras.
+pack_bins() { # REV
+    local extra
+    mkdir -p "$KIT/bin" &&
+        cp build/kakeya build/tests/test_vk_ops "$KIT/bin/" &&
+        build_rev "$1" "$KIT/bin/kakeya-base" || return 1
     for extra in ${EXTRA_REVS:-}; do
         build_rev "${extra#*=}" "$KIT/bin/${extra%%=*}" || return 1
     done
     for extra in ${EXTRA_BINS:-}; do
         cp "${extra#*=}" "$KIT/bin/${extra%%=*}" || return 1
     done
-    gpu_pack_kit "$KIT" build/kakeya build/tests/test_vk_ops || return 1
+}
+
+# A pack that fails leaves no kit at all: neither an older one to be run
+# by mistake nor loose binaries for a device call to carry.
+pack() {
+    local rev=${1:-HEAD} exclude
+    exclude=$(git rev-parse --git-path info/exclude)
+    mkdir -p "$(dirname "$exclude")"
+    grep -qx "/$KIT/" "$exclude" 2>/dev/null || echo "/$KIT/" >> "$exclude"
+    make -j"$(nproc)" build/kakeya build/tests/test_vk_ops || return 1
+    rm -rf "$KIT"
+    if ! pack_bins "$rev" ||
+       ! gpu_pack_kit "$KIT" build/kakeya build/tests/test_vk_ops; then
+        rm -rf "$KIT"
+        return 1
+    fi
     du -sh "$KIT"
 }
 
