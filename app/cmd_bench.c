@@ -11,7 +11,10 @@
  * Decode and c(L) are measured twice: with the logits of the rows coming
  * back (what sampling needs) and with only their argmax
  * (kk_session_eval_greedy: what greedy decoding needs, which a GPU makes
- * itself): "decode_greedy_tok_per_s", "verify_cost_greedy".
+ * itself): "decode_greedy_tok_per_s", "verify_cost_greedy". Decode is
+ * timed a third time with a draw at temperature 0.8 and top-p 0.9 from
+ * each step's logits ("decode_sampled": the host's share of a sampled
+ * token, as a ratio to the step with logits alone).
  *
  * --backend picks where the engine computes (the JSON says which device);
  * on a GPU the host's bandwidth means nothing for the roofline, so
@@ -115,6 +118,11 @@ static void fill_tokens(int32_t *ids, int n, int n_vocab)
     }
 }
 
+/* The draw a sampled decode step is timed with: a chat-like temperature
+ * and nucleus. */
+#define BENCH_TEMPERATURE 0.8
+#define BENCH_TOP_P 0.9
+
 /* What an evaluation gives back of its rows: logits, or greedy choices. */
 enum rows_kind { ROWS_LOGITS, ROWS_GREEDY };
 
@@ -131,18 +139,33 @@ static int time_eval(struct kk_session *s, const int32_t *ids, int n,
     return 0;
 }
 
+/* A draw from each decode step's logits, timed with the step: what a
+ * sampled (not greedy) generation pays on the host for every token. */
+struct bench_draw {
+    struct kk_sampling sampling;
+    uint64_t rng;
+    int32_t n_vocab;
+    float *scratch;   /* 2 * n_vocab */
+};
+
 /* n decode steps of one token each on top of a fixed context (then
- * trimmed back to it): each step's seconds into steps, their sum the
- * return value; -1 on failure. */
+ * trimmed back to it), each followed by a draw when draw is not NULL:
+ * each step's seconds into steps, their sum the return value; -1 on
+ * failure. */
 static double time_decode(struct kk_session *s, const int32_t *ids, int n,
-                          enum rows_kind kind, double *steps,
-                          struct kk_error *err)
+                          enum rows_kind kind, struct bench_draw *draw,
+                          double *steps, struct kk_error *err)
 {
     int base = kk_session_n_tokens(s);
     double total = 0.0;
     for (int i = 0; i < n; i++) {
+        double t0 = bench_now();
         if (time_eval(s, &ids[i], 1, false, kind, &steps[i], err))
             return -1.0;
+        if (draw)
+            kk_sample(&draw->sampling, &draw->rng, kk_session_logits(s, 0),
+                      draw->n_vocab, draw->scratch);
+        steps[i] = bench_now() - t0;
         total += steps[i];
     }
     kk_session_trim(s, base);
@@ -175,6 +198,62 @@ static int measure_verify_cost(struct kk_session *s, const int32_t *ids,
         cJSON_AddItemToArray(arr, e);
     }
     return 0;
+}
+
+/* Decode steps on top of the prompt, timed three ways: with the logits
+ * coming back, with only the greedy choices, and with the logits and a
+ * draw from them (BENCH_TEMPERATURE, BENCH_TOP_P); into out. */
+static int measure_decode(struct kk_session *s, const int32_t *ids,
+                          int n_decode, int32_t n_vocab, cJSON *out,
+                          struct kk_error *err)
+{
+    enum { MAX_STEPS = 4096 };
+    const int n = n_decode < MAX_STEPS ? n_decode : MAX_STEPS;
+    double *steps = malloc(3 * MAX_STEPS * sizeof *steps);
+    struct bench_draw draw = {.sampling = {.temperature =
+                                               (float)BENCH_TEMPERATURE,
+                                           .top_p = (float)BENCH_TOP_P},
+                              .rng = kk_rng_seed(1),
+                              .n_vocab = n_vocab,
+                              .scratch = malloc(2 * sizeof(float) *
+                                                (size_t)n_vocab)};
+    if (!steps || !draw.scratch) {
+        free(steps);
+        free(draw.scratch);
+        snprintf(err->msg, sizeof err->msg,
+                 "out of memory for timing decode steps over a %d-token "
+                 "vocabulary", n_vocab);
+        return -1;
+    }
+    double *plain = steps, *greedy = steps + MAX_STEPS,
+           *sampled = steps + 2 * MAX_STEPS;
+    const double t_dec = time_decode(s, ids, n, ROWS_LOGITS, NULL, plain, err);
+    const double t_greedy = t_dec < 0 ? -1.0
+                            : time_decode(s, ids, n, ROWS_GREEDY, NULL, greedy,
+                                          err);
+    const double t_sampled = t_greedy < 0 ? -1.0
+                             : time_decode(s, ids, n, ROWS_LOGITS, &draw,
+                                           sampled, err);
+    if (t_sampled >= 0) {
+        const double plain_ms = bench_median(plain, n) * 1e3;
+        const double sampled_ms = bench_median(sampled, n) * 1e3;
+        cJSON_AddNumberToObject(out, "decode_tokens", n);
+        cJSON_AddNumberToObject(out, "decode_tok_per_s", n / t_dec);
+        cJSON_AddNumberToObject(out, "decode_ms_median", plain_ms);
+        cJSON_AddNumberToObject(out, "decode_greedy_tok_per_s", n / t_greedy);
+        cJSON_AddNumberToObject(out, "decode_greedy_ms_median",
+                                bench_median(greedy, n) * 1e3);
+        cJSON *sj = cJSON_AddObjectToObject(out, "decode_sampled");
+        cJSON_AddNumberToObject(sj, "temperature", BENCH_TEMPERATURE);
+        cJSON_AddNumberToObject(sj, "top_p", BENCH_TOP_P);
+        cJSON_AddNumberToObject(sj, "tok_per_s", n / t_sampled);
+        cJSON_AddNumberToObject(sj, "ms_median", sampled_ms);
+        cJSON_AddNumberToObject(sj, "median_over_logits",
+                                sampled_ms / plain_ms);
+    }
+    free(steps);
+    free(draw.scratch);
+    return t_sampled < 0 ? -1 : 0;
 }
 
 /* Runs what is about to be timed (a prefill, then decode steps), for at
@@ -226,16 +305,6 @@ static int run_bench(const struct bench_options *o, cJSON *out,
         goto done;
     if (time_eval(s, ids, o->n_prefill, false, ROWS_LOGITS, &t_pre, err))
         goto done;
-    double steps[4096], greedy_steps[4096];
-    int n_steps = o->n_decode < 4096 ? o->n_decode : 4096;
-    const double t_dec = time_decode(s, &ids[o->n_prefill], n_steps,
-                                     ROWS_LOGITS, steps, err);
-    const double t_greedy = t_dec < 0 ? -1.0
-                            : time_decode(s, &ids[o->n_prefill], n_steps,
-                                          ROWS_GREEDY, greedy_steps, err);
-    if (t_greedy < 0)
-        goto done;
-
     cJSON *mj = cJSON_AddObjectToObject(out, "model");
     cJSON_AddStringToObject(mj, "path", o->model);
     cJSON_AddStringToObject(mj, "name", info.name);
@@ -244,14 +313,9 @@ static int run_bench(const struct bench_options *o, cJSON *out,
     cJSON_AddNumberToObject(mj, "bytes_per_token", (double)info.bytes_per_token);
     cJSON_AddNumberToObject(out, "prefill_tokens", o->n_prefill);
     cJSON_AddNumberToObject(out, "prefill_tok_per_s", o->n_prefill / t_pre);
-    cJSON_AddNumberToObject(out, "decode_tokens", n_steps);
-    cJSON_AddNumberToObject(out, "decode_tok_per_s", n_steps / t_dec);
-    cJSON_AddNumberToObject(out, "decode_ms_median",
-                            bench_median(steps, n_steps) * 1e3);
-    cJSON_AddNumberToObject(out, "decode_greedy_tok_per_s",
-                            n_steps / t_greedy);
-    cJSON_AddNumberToObject(out, "decode_greedy_ms_median",
-                            bench_median(greedy_steps, n_steps) * 1e3);
+    if (measure_decode(s, &ids[o->n_prefill], o->n_decode, info.n_vocab, out,
+                       err))
+        goto done;
     if (measure_verify_cost(s, &ids[o->n_prefill], o->reps, ROWS_LOGITS,
                             "verify_cost", out, err) == 0)
         rc = measure_verify_cost(s, &ids[o->n_prefill], o->reps, ROWS_GREEDY,
