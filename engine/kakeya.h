@@ -182,7 +182,8 @@ int32_t kk_session_argmax(const struct kk_session *s, int row);
 
 struct kk_sampling {
     float temperature;  /* <= 0: greedy (argmax, ties to the lowest id) */
-    float top_p;        /* 1: off */
+    float top_p;        /* the nucleus' mass; 1: off, 0: the most likely
+                           token alone */
     uint64_t seed;
 };
 

@@ -8,7 +8,9 @@
 
 #include <immintrin.h>
 #include <math.h>
+#include <stdbool.h>
 #include <stdlib.h>
+#include <string.h>
 
 uint64_t kk_rng_seed(uint64_t seed)
 {
@@ -83,13 +85,144 @@ int32_t sample_argmax(const float *logits, int32_t n)
     return 0;
 }
 
-static int cmp_prob_desc(const void *a, const void *b, void *probs)
+/* ---- the top-p nucleus, without sorting the vocabulary ----
+ *
+ * The nucleus is a prefix of the vocabulary sorted by probability (ties
+ * by id): the first k tokens whose mass, added in that order, reaches
+ * top_p. Sorting all of it cost 15 ms a token for a 128k vocabulary (0.7
+ * for the default model's 8k), many GPU decode steps. Instead every
+ * token goes into a bucket of probability (one counting pass), buckets in
+ * order of falling probability, and the walk sorts a bucket only when it
+ * gets there: it sees the tokens in the full sort's order and adds the
+ * same numbers in the same order, so it stops at the same k, to the bit. */
+
+/* Bucket 0 holds probabilities of 1 and more (the most likely token's;
+ * NaN's bits land here too), then 128 buckets an octave down to 2^-32
+ * (a nucleus rarely reaches past a few octaves, and 128 an octave keep a
+ * flat distribution's buckets small); the last holds everything smaller,
+ * zero among it. A larger non-negative float has larger bits, so a larger
+ * probability is never in a later bucket. */
+enum { NUCLEUS_BUCKETS = 4096, BUCKET_SHIFT = 16 };
+
+static int prob_bucket(float p)
 {
-    const float *p = probs;
-    float pa = p[*(const int32_t *)a], pb = p[*(const int32_t *)b];
-    if (pa != pb)
-        return pa > pb ? -1 : 1;
-    return *(const int32_t *)a - *(const int32_t *)b;
+    const uint32_t one = 0x3f800000u;
+    uint32_t bits;
+    memcpy(&bits, &p, sizeof bits);
+    if (bits >= one)
+        return 0;
+    const uint32_t b = (one - bits) >> BUCKET_SHIFT;
+    return b < NUCLEUS_BUCKETS ? (int)b : NUCLEUS_BUCKETS - 1;
+}
+
+/* order = every id, bucket by bucket, by id within a bucket; bucket b
+ * takes order[start[b] .. start[b + 1]). */
+static void order_by_bucket(const float *probs, int32_t n, int32_t *order,
+                            int32_t start[NUCLEUS_BUCKETS + 1])
+{
+    int32_t next[NUCLEUS_BUCKETS];
+    memset(start, 0, (NUCLEUS_BUCKETS + 1) * sizeof *start);
+    for (int32_t i = 0; i < n; i++)
+        start[prob_bucket(probs[i]) + 1]++;
+    for (int b = 0; b < NUCLEUS_BUCKETS; b++)
+        start[b + 1] += start[b];
+    memcpy(next, start, sizeof next);
+    for (int32_t i = 0; i < n; i++)
+        order[next[prob_bucket(probs[i])]++] = i;
+}
+
+/* Whether token a comes before token b in the nucleus' order: more
+ * likely, or as likely and a lower id. */
+static bool goes_before(const float *probs, int32_t a, int32_t b)
+{
+    return probs[a] > probs[b] || (probs[a] == probs[b] && a < b);
+}
+
+/* Shell sort gaps: Ciura's, then x2.25. */
+static const int32_t shell_gaps[] = {
+    1, 4, 10, 23, 57, 132, 301, 701, 1577, 3548, 7983, 17961, 40412, 90927,
+    204585, 460316, 1035711, 2330349, 5243285, 11797391, 26544129, 59724290,
+    134379652, 302354217, 680296988};
+enum { SHELL_GAPS = sizeof shell_gaps / sizeof shell_gaps[0] };
+
+/* A bucket of up to SMALL_BUCKET ids is sorted as keys on the stack, each
+ * probability loaded once: ~(probability bits) above the id, so ascending
+ * keys are the nucleus' order (the bits of non-negative floats order as
+ * their values). Up to INSERTION_MAX keys, the shell sort's last pass
+ * alone (an insertion sort) mispredicts less: a 128k vocabulary's nucleus
+ * of 23k tokens, ~70 a bucket, took 1.0 ms against 1.3. */
+enum { SMALL_BUCKET = 1024, INSERTION_MAX = 128 };
+
+static void sort_keys(uint64_t *keys, int32_t n)
+{
+    for (int g = n <= INSERTION_MAX ? 0 : SHELL_GAPS - 1; g >= 0; g--) {
+        const int32_t gap = shell_gaps[g];
+        for (int32_t i = gap; i < n; i++) {
+            const uint64_t v = keys[i];
+            int32_t j = i;
+            for (; j >= gap && v < keys[j - gap]; j -= gap)
+                keys[j] = keys[j - gap];
+            keys[j] = v;
+        }
+    }
+}
+
+/* A larger bucket (many tokens within 1% of one probability: a flat
+ * distribution) is sorted in place by comparing through probs. */
+static void sort_ids(int32_t *ids, int32_t n, const float *probs)
+{
+    for (int g = SHELL_GAPS - 1; g >= 0; g--) {
+        const int32_t gap = shell_gaps[g];
+        for (int32_t i = gap; i < n; i++) {
+            const int32_t v = ids[i];
+            int32_t j = i;
+            for (; j >= gap && goes_before(probs, v, ids[j - gap]); j -= gap)
+                ids[j] = ids[j - gap];
+            ids[j] = v;
+        }
+    }
+}
+
+/* Sorts a bucket's n ids into the nucleus' order. */
+static void sort_bucket(int32_t *ids, int32_t n, const float *probs)
+{
+    if (n > SMALL_BUCKET) {
+        sort_ids(ids, n, probs);
+        return;
+    }
+    uint64_t keys[SMALL_BUCKET];
+    for (int32_t i = 0; i < n; i++) {
+        uint32_t bits;
+        memcpy(&bits, &probs[ids[i]], sizeof bits);
+        keys[i] = (uint64_t)~bits << 32 | (uint32_t)ids[i];
+    }
+    sort_keys(keys, n);
+    for (int32_t i = 0; i < n; i++)
+        ids[i] = (int32_t)(uint32_t)keys[i];
+}
+
+/* Keeps the smallest set of most likely tokens whose share of sum reaches
+ * top_p — at least one, so that top_p 0 means the most likely token — and
+ * zeroes the rest of probs; returns the kept mass. order: scratch for n. */
+static double nucleus_keep(float top_p, float *probs, int32_t n, double sum,
+                           int32_t *order)
+{
+    int32_t start[NUCLEUS_BUCKETS + 1];
+    order_by_bucket(probs, n, order, start);
+    double mass = 0.0, keep = 0.0;
+    int32_t k = 0, sorted = 0;
+    int b = 0;
+    while (k < n && (k == 0 || mass < top_p)) {
+        while (k == sorted) {   /* the walk reached the next bucket */
+            sorted = start[++b];
+            sort_bucket(order + k, sorted - k, probs);
+        }
+        mass += probs[order[k]] / sum;
+        keep += probs[order[k++]];
+    }
+    for (int32_t i = k; i < n; i++)
+        probs[order[i]] = 0.0f;
+    return keep;
 }
 
 void sample_probs(const struct kk_sampling *p, const float *logits, int32_t n,
@@ -101,20 +234,8 @@ void sample_probs(const struct kk_sampling *p, const float *logits, int32_t n,
         probs[i] = expf((logits[i] - max) / p->temperature);
         sum += probs[i];
     }
-    if (p->top_p < 1.0f) {
-        for (int32_t i = 0; i < n; i++)
-            order[i] = i;
-        qsort_r(order, (size_t)n, sizeof *order, cmp_prob_desc, probs);
-        double mass = 0.0, keep = 0.0;
-        int32_t k = 0;
-        while (k < n && mass < p->top_p) {
-            mass += probs[order[k]] / sum;
-            keep += probs[order[k++]];
-        }
-        for (int32_t i = k; i < n; i++)
-            probs[order[i]] = 0.0f;
-        sum = keep;
-    }
+    if (p->top_p < 1.0f)
+        sum = nucleus_keep(p->top_p, probs, n, sum, order);
     float inv = (float)(1.0 / sum);
     for (int32_t i = 0; i < n; i++)
         probs[i] *= inv;

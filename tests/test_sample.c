@@ -4,10 +4,12 @@
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include <cmocka.h>
 
 #include "kakeya.h"
+#include "sample.h"
 
 static void test_greedy_picks_argmax_and_lowest_id_on_ties(void **state)
 {
@@ -103,6 +105,143 @@ static void test_top_p_excludes_the_tail(void **state)
     assert_true(counts[0] > counts[1] && counts[1] > 0);
 }
 
+/* ---- the nucleus against a sort of the whole vocabulary ---- */
+
+static int more_likely_first(const void *a, const void *b, void *probs)
+{
+    const float *p = probs;
+    const int32_t ia = *(const int32_t *)a, ib = *(const int32_t *)b;
+    if (p[ia] != p[ib])
+        return p[ia] > p[ib] ? -1 : 1;
+    return ia - ib;
+}
+
+/* The nucleus by definition: softmax at the temperature, the whole
+ * vocabulary sorted (most likely first, ties by id), the first k tokens
+ * whose running share reaches top_p (at least one) kept and renormalised. */
+static void reference_probs(const struct kk_sampling *p, const float *logits,
+                            int32_t n, float *probs)
+{
+    int32_t *order = malloc(sizeof(int32_t) * (size_t)n);
+    float max = logits[0];
+    for (int32_t i = 1; i < n; i++)
+        max = logits[i] > max ? logits[i] : max;
+    double sum = 0.0;
+    for (int32_t i = 0; i < n; i++) {
+        probs[i] = expf((logits[i] - max) / p->temperature);
+        sum += probs[i];
+        order[i] = i;
+    }
+    qsort_r(order, (size_t)n, sizeof *order, more_likely_first, probs);
+    double mass = 0.0, keep = 0.0;
+    int32_t k = 0;
+    while (k < n && (k == 0 || mass < p->top_p)) {
+        mass += probs[order[k]] / sum;
+        keep += probs[order[k++]];
+    }
+    for (int32_t i = k; i < n; i++)
+        probs[order[i]] = 0.0f;
+    for (int32_t i = 0; i < n; i++)
+        probs[i] *= (float)(1.0 / keep);
+    free(order);
+}
+
+/* Logits of one of several shapes: spread over `spread` (flat to peaked),
+ * on a grid of quarters (ties), with some -inf (masked tokens). */
+static void make_logits(float *logits, int32_t n, int shape, double spread,
+                        uint64_t *rng)
+{
+    for (int32_t i = 0; i < n; i++) {
+        double u = sample_uniform(rng);
+        double v = shape == 0   ? u * spread
+                   : shape == 1 ? floor(u * spread * 4.0) / 4.0
+                   : shape == 2 ? spread * pow(u, 8.0)   /* few high */
+                                : (u < 0.3 ? -INFINITY : u * spread);
+        logits[i] = (float)v;
+    }
+    if (shape == 3)
+        logits[n / 2] = 1.0f;   /* at least one finite */
+}
+
+/* Every kept token and every probability, to the bit, as the whole sort
+ * gives them: over vocabularies of 1 to 128k, flat to peaked, with ties
+ * and masked tokens, from a nucleus of one token to nearly all. */
+static void test_nucleus_is_the_sorted_vocabularys_prefix(void **state)
+{
+    static const int32_t sizes[] = {1, 2, 7, 1000, 8192, 32003, 128256};
+    static const float temps[] = {0.3f, 0.8f, 1.5f};
+    static const float tops[] = {0.0f, 0.01f, 0.5f, 0.9f, 0.95f, 0.999f,
+                                 0.99999994f};
+    static const double spreads[] = {0.05, 3.0, 12.0, 60.0};
+    uint64_t rng = kk_rng_seed(11);
+    int cases = 0;
+    for (size_t z = 0; z < sizeof sizes / sizeof sizes[0]; z++) {
+        const int32_t n = sizes[z];
+        float *logits = malloc(sizeof(float) * (size_t)n);
+        float *want = malloc(sizeof(float) * (size_t)n);
+        float *got = malloc(sizeof(float) * (size_t)n);
+        int32_t *order = malloc(sizeof(int32_t) * (size_t)n);
+        for (int shape = 0; shape < 4; shape++) {
+            for (size_t w = 0; w < sizeof spreads / sizeof spreads[0]; w++) {
+                make_logits(logits, n, shape, spreads[w], &rng);
+                /* the largest vocabulary at one setting in three: enough
+                 * to cross the buckets, and the test stays quick */
+                for (size_t t = 0; t < sizeof temps / sizeof temps[0]; t++) {
+                    for (size_t q = 0; q < sizeof tops / sizeof tops[0]; q++) {
+                        if (n > 100000 && (t + q + w) % 3)
+                            continue;
+                        struct kk_sampling p = {.temperature = temps[t],
+                                                .top_p = tops[q]};
+                        reference_probs(&p, logits, n, want);
+                        sample_probs(&p, logits, n, got, order);
+                        assert_memory_equal(got, want,
+                                            sizeof(float) * (size_t)n);
+                        cases++;
+                    }
+                }
+            }
+        }
+        free(logits);
+        free(want);
+        free(got);
+        free(order);
+    }
+    assert_true(cases > 500);
+}
+
+/* top_p 0 leaves the most likely token alone (it used to leave nothing,
+ * and every draw fell on the last id). */
+static void test_top_p_zero_is_the_most_likely_token(void **state)
+{
+    float logits[5] = {0.1f, 2.5f, 2.4f, -3.0f, 1.0f};
+    float scratch[10];
+    struct kk_sampling p = {.temperature = 1.0f, .top_p = 0.0f};
+    uint64_t rng = kk_rng_seed(2);
+    for (int i = 0; i < 100; i++)
+        assert_int_equal(kk_sample(&p, &rng, logits, 5, scratch), 1);
+}
+
+/* A NaN among the logits (a broken model) still gives a token of the
+ * vocabulary, and touches nothing outside the buffers (ASan). */
+static void test_nan_logits_still_give_a_token(void **state)
+{
+    enum { N = 3000 };
+    float *logits = malloc(N * sizeof(float));
+    float *scratch = malloc(2 * N * sizeof(float));
+    uint64_t rng = kk_rng_seed(4);
+    for (int i = 0; i < N; i++)
+        logits[i] = (float)sample_uniform(&rng) * 5.0f;
+    logits[17] = NAN;
+    logits[2500] = NAN;
+    struct kk_sampling p = {.temperature = 0.7f, .top_p = 0.9f};
+    for (int i = 0; i < 20; i++) {
+        int32_t id = kk_sample(&p, &rng, logits, N, scratch);
+        assert_true(id >= 0 && id < N);
+    }
+    free(logits);
+    free(scratch);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -111,6 +250,9 @@ int main(void)
         cmocka_unit_test(test_same_seed_same_tokens),
         cmocka_unit_test(test_sampling_follows_softmax),
         cmocka_unit_test(test_top_p_excludes_the_tail),
+        cmocka_unit_test(test_nucleus_is_the_sorted_vocabularys_prefix),
+        cmocka_unit_test(test_top_p_zero_is_the_most_likely_token),
+        cmocka_unit_test(test_nan_logits_still_give_a_token),
     };
     return cmocka_run_group_tests_name("sample", tests, NULL, NULL);
 }
