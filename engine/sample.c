@@ -238,15 +238,84 @@ static double nucleus_keep(float top_p, float *probs, int32_t n, double sum,
     return keep;
 }
 
+/* ---- the softmax's weights ---- */
+
+/* e^x, eight at a time, for the x <= 0 of a softmax whose maximum is
+ * taken off: x = k ln2 + r with |r| <= ln2/2, Cephes' degree-6 polynomial
+ * for e^r, times 2^k. Within 1.3 ulp of e^x over [-87.3, 0] (expf: 0.5),
+ * and 0 below -87.33, where e^x leaves the normal floats, as for -inf.
+ * One instruction sequence on every AVX2 machine, eight lanes a step:
+ * with libm's expf, one value at a time, a draw at top-p 1 from a 128k
+ * vocabulary (the exponentials and little else) took 0.42 ms here and
+ * 0.6-0.8 on the H200's host; with this, 0.12 here. */
+static __m256 exp_neg8(__m256 x)
+{
+    const __m256 lowest = _mm256_set1_ps(-87.33654f);
+    const __m256 under = _mm256_cmp_ps(x, lowest, _CMP_LT_OQ);
+    x = _mm256_max_ps(x, lowest);
+    const __m256 k = _mm256_round_ps(
+        _mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)),
+        _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    /* r = x - k ln2, with ln2 in two parts so that k ln2 loses nothing */
+    __m256 r = _mm256_fnmadd_ps(k, _mm256_set1_ps(0.693359375f), x);
+    r = _mm256_fnmadd_ps(k, _mm256_set1_ps(-2.12194440e-4f), r);
+    __m256 p = _mm256_set1_ps(1.9875691500e-4f);
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.3981999507e-3f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(8.3334519073e-3f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(4.1665795894e-2f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.6666665459e-1f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(5.0000001201e-1f));
+    const __m256 y = _mm256_fmadd_ps(p, _mm256_mul_ps(r, r),
+                                     _mm256_add_ps(r, _mm256_set1_ps(1.0f)));
+    const __m256i scale = _mm256_slli_epi32(
+        _mm256_add_epi32(_mm256_cvtps_epi32(k), _mm256_set1_epi32(127)), 23);
+    return _mm256_andnot_ps(under,
+                            _mm256_mul_ps(y, _mm256_castsi256_ps(scale)));
+}
+
+/* Eight logits' weights into w, their sum added into s (two halves). */
+static void weights8(const float *logits, __m256 max, __m256 temperature,
+                     float *w, __m256d s[2])
+{
+    const __m256 x = _mm256_div_ps(
+        _mm256_sub_ps(_mm256_loadu_ps(logits), max), temperature);
+    const __m256 e = exp_neg8(x);
+    _mm256_storeu_ps(w, e);
+    s[0] = _mm256_add_pd(s[0], _mm256_cvtps_pd(_mm256_castps256_ps128(e)));
+    s[1] = _mm256_add_pd(s[1], _mm256_cvtps_pd(_mm256_extractf128_ps(e, 1)));
+}
+
+double sample_weights(const float *logits, int32_t n, float temperature,
+                      float *weights)
+{
+    const __m256 max = _mm256_set1_ps(logits[sample_argmax(logits, n)]);
+    const __m256 t = _mm256_set1_ps(temperature);
+    __m256d s[2] = {_mm256_setzero_pd(), _mm256_setzero_pd()};
+    int32_t i = 0;
+    for (; i + 8 <= n; i += 8)
+        weights8(logits + i, max, t, weights + i, s);
+    if (i < n) {
+        /* the last few through the same instructions (so a token's weight
+         * does not depend on where it falls), padded with weights of 0 */
+        float in[8], out[8];
+        for (int j = 0; j < 8; j++)
+            in[j] = i + j < n ? logits[i + j] : -INFINITY;
+        weights8(in, max, t, out, s);
+        memcpy(weights + i, out, sizeof(float) * (size_t)(n - i));
+    }
+    double lanes[8];
+    _mm256_storeu_pd(lanes, s[0]);
+    _mm256_storeu_pd(lanes + 4, s[1]);
+    double sum = 0.0;
+    for (int j = 0; j < 8; j++)
+        sum += lanes[j];
+    return sum;
+}
+
 void sample_probs(const struct kk_sampling *p, const float *logits, int32_t n,
                   float *probs, int32_t *order)
 {
-    float max = logits[sample_argmax(logits, n)];
-    double sum = 0.0;
-    for (int32_t i = 0; i < n; i++) {
-        probs[i] = expf((logits[i] - max) / p->temperature);
-        sum += probs[i];
-    }
+    double sum = sample_weights(logits, n, p->temperature, probs);
     if (p->top_p < 1.0f)
         sum = nucleus_keep(p->top_p, probs, n, sum, order);
     float inv = (float)(1.0 / sum);

@@ -17,6 +17,13 @@
 void sample_probs(const struct kk_sampling *p, const float *logits, int32_t n,
                   float *probs, int32_t *order);
 
+/* weights[i] = e^((logits[i] - max) / temperature), max the largest of
+ * the logits (so the largest weight is 1), through one vectorised e^x
+ * (within a few ulp of expf; 0 where expf would give less than
+ * FLT_MIN); returns their sum. */
+double sample_weights(const float *logits, int32_t n, float temperature,
+                      float *weights);
+
 /* Draws from probs (non-negative, any positive total). */
 int32_t sample_from(const float *probs, int32_t n, uint64_t *rng);
 

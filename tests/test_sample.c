@@ -116,22 +116,17 @@ static int more_likely_first(const void *a, const void *b, void *probs)
     return ia - ib;
 }
 
-/* The nucleus by definition: softmax at the temperature, the whole
+/* The nucleus by definition: the softmax's weights at the temperature
+ * (sample_weights, checked against expf below), the whole
  * vocabulary sorted (most likely first, ties by id), the first k tokens
  * whose running share reaches top_p (at least one) kept and renormalised. */
 static void reference_probs(const struct kk_sampling *p, const float *logits,
                             int32_t n, float *probs)
 {
     int32_t *order = malloc(sizeof(int32_t) * (size_t)n);
-    float max = logits[0];
-    for (int32_t i = 1; i < n; i++)
-        max = logits[i] > max ? logits[i] : max;
-    double sum = 0.0;
-    for (int32_t i = 0; i < n; i++) {
-        probs[i] = expf((logits[i] - max) / p->temperature);
-        sum += probs[i];
+    const double sum = sample_weights(logits, n, p->temperature, probs);
+    for (int32_t i = 0; i < n; i++)
         order[i] = i;
-    }
     qsort_r(order, (size_t)n, sizeof *order, more_likely_first, probs);
     double mass = 0.0, keep = 0.0;
     int32_t k = 0;
@@ -209,6 +204,45 @@ static void test_nucleus_is_the_sorted_vocabularys_prefix(void **state)
     assert_true(cases > 500);
 }
 
+/* The softmax's weights are e^((logit - max) / temperature) within a few
+ * ulp of libm's expf, exactly 1 at the maximum and 0 for -inf and where
+ * expf leaves the normal floats; the same bits for a logit wherever it
+ * falls (the vector body or the last few); the sum is theirs. */
+static void test_weights_are_the_exponentials(void **state)
+{
+    enum { N = 1003 };
+    static float logits[N], w[N], shifted[N];
+    for (int32_t i = 0; i < N; i++)
+        logits[i] = -95.0f * (float)i / (N - 1) + 0.37f * sinf((float)i);
+    logits[10] = 1.0f;   /* the maximum */
+    logits[500] = -INFINITY;
+    for (int t = 0; t < 3; t++) {
+        const float temp = t == 0 ? 1.0f : t == 1 ? 0.7f : 2.5f;
+        const double sum = sample_weights(logits, N, temp, w);
+        double want_sum = 0.0;
+        for (int32_t i = 0; i < N; i++) {
+            const float x = (logits[i] - 1.0f) / temp;
+            const float e = expf(x);
+            if (e < 0x1p-126f)
+                assert_true(w[i] == 0.0f || fabsf(w[i] - e) <= 0x1p-126f);
+            else
+                assert_true(fabsf(w[i] - e) <= 4.0f * 0x1p-24f * e);
+            want_sum += w[i];
+        }
+        assert_true(w[10] == 1.0f);
+        assert_true(w[500] == 0.0f);
+        assert_true(fabs(sum - want_sum) <= 1e-12 * want_sum);
+        /* the same logits three places on: the tail becomes the body */
+        sample_weights(logits + 3, N - 3, temp, shifted);
+        assert_memory_equal(shifted, w + 3, sizeof(float) * (N - 3));
+    }
+    for (int32_t i = 0; i < N; i++)
+        logits[i] = -200.0f;
+    logits[N - 1] = 0.0f;   /* far below FLT_MIN: 0, not a subnormal */
+    sample_weights(logits, N, 1.0f, w);
+    assert_true(w[0] == 0.0f && w[N - 1] == 1.0f);
+}
+
 /* top_p 0 leaves the most likely token alone (it used to leave nothing,
  * and every draw fell on the last id). */
 static void test_top_p_zero_is_the_most_likely_token(void **state)
@@ -250,6 +284,7 @@ int main(void)
         cmocka_unit_test(test_same_seed_same_tokens),
         cmocka_unit_test(test_sampling_follows_softmax),
         cmocka_unit_test(test_top_p_excludes_the_tail),
+        cmocka_unit_test(test_weights_are_the_exponentials),
         cmocka_unit_test(test_nucleus_is_the_sorted_vocabularys_prefix),
         cmocka_unit_test(test_top_p_zero_is_the_most_likely_token),
         cmocka_unit_test(test_nan_logits_still_give_a_token),
