@@ -19,8 +19,8 @@ void sample_probs(const struct kk_sampling *p, const float *logits, int32_t n,
 
 /* weights[i] = e^((logits[i] - max) / temperature), max the largest of
  * the logits (so the largest weight is 1), through one vectorised e^x
- * (within a few ulp of expf; 0 where expf would give less than
- * FLT_MIN); returns their sum. */
+ * (within a few ulp of expf; 0 below e^-87.3, about FLT_MIN); returns
+ * their sum. */
 double sample_weights(const float *logits, int32_t n, float temperature,
                       float *weights);
 

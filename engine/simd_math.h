@@ -1,6 +1,7 @@
-/* simd_math.h — small AVX2 helpers shared by the CPU backend's ops. */
-#ifndef KK_CPU_SIMD_MATH_H
-#define KK_CPU_SIMD_MATH_H
+/* simd_math.h — small AVX2 helpers shared by the CPU backend's ops and
+ * the sampler (sample.c). */
+#ifndef KK_SIMD_MATH_H
+#define KK_SIMD_MATH_H
 
 #include <immintrin.h>
 
