@@ -206,8 +206,8 @@ static void test_nucleus_is_the_sorted_vocabularys_prefix(void **state)
 
 /* The softmax's weights are e^((logit - max) / temperature) within a few
  * ulp of libm's expf, exactly 1 at the maximum and 0 for -inf and below
- * e^-87.3, where expf leaves the normal floats; the same bits for a logit wherever it
- * falls (the vector body or the last few); the sum is theirs. */
+ * e^-87.3, where expf leaves the normal floats; the same bits for a logit
+ * wherever it falls (the vector body or the last few); the sum is theirs. */
 static void test_weights_are_the_exponentials(void **state)
 {
     enum { N = 1003 };
