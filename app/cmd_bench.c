@@ -159,13 +159,14 @@ static double time_decode(struct kk_session *s, const int32_t *ids, int n,
     int base = kk_session_n_tokens(s);
     double total = 0.0;
     for (int i = 0; i < n; i++) {
-        double t0 = bench_now();
         if (time_eval(s, &ids[i], 1, false, kind, &steps[i], err))
             return -1.0;
-        if (draw)
+        if (draw) {
+            const double t0 = bench_now();
             kk_sample(&draw->sampling, &draw->rng, kk_session_logits(s, 0),
                       draw->n_vocab, draw->scratch);
-        steps[i] = bench_now() - t0;
+            steps[i] += bench_now() - t0;
+        }
         total += steps[i];
     }
     kk_session_trim(s, base);
