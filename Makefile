@@ -89,7 +89,7 @@ SHADER_NAMES := $(foreach f,$(MATMUL_FORMS),$(MATMUL_TYPES:%=$(f)%)) \
                 attention_cpu attention_h2 attention_h4 attention_rope \
                 attention_rope_h2 attention_rope_h4 \
                 attention_rope_cpu attention_merge \
-                argmax
+                argmax sample
 SPIRV      := $(SHADER_NAMES:%=$(BUILD)/shaders/%.spv)
 SPIRV_OBJ  := $(BUILD)/shaders/spirv.o
 GLSLC      ?= glslc

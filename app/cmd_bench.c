@@ -14,7 +14,10 @@
  * itself): "decode_greedy_tok_per_s", "verify_cost_greedy". Decode is
  * timed a third time with a draw at temperature 0.8 and top-p 0.9 from
  * each step's logits ("decode_sampled": the host's share of a sampled
- * token, as a ratio to the step with logits alone).
+ * token, as a ratio to the step with logits alone), and a fourth with the
+ * same draw made in the pass (kk_session_eval_sample: on a GPU, where the
+ * logits are; "decode_sampled_in_pass", with its speed-up over the
+ * third).
  *
  * --backend picks where the engine computes (the JSON says which device);
  * on a GPU the host's bandwidth means nothing for the roofline, so
@@ -140,8 +143,10 @@ static int time_eval(struct kk_session *s, const int32_t *ids, int n,
 }
 
 /* A draw from each decode step's logits, timed with the step: what a
- * sampled (not greedy) generation pays on the host for every token. */
+ * sampled (not greedy) generation pays on the host for every token; or
+ * the same draw made in the pass (in_pass). */
 struct bench_draw {
+    bool in_pass;
     struct kk_sampling sampling;
     uint64_t rng;
     int32_t n_vocab;
@@ -159,6 +164,14 @@ static double time_decode(struct kk_session *s, const int32_t *ids, int n,
     int base = kk_session_n_tokens(s);
     double total = 0.0;
     for (int i = 0; i < n; i++) {
+        if (draw && draw->in_pass) {
+            const double t0 = bench_now();
+            if (kk_session_eval_sample(s, &ids[i], 1, &draw->sampling,
+                                       &draw->rng, NULL, NULL, err))
+                return -1.0;
+            total += steps[i] = bench_now() - t0;
+            continue;
+        }
         if (time_eval(s, &ids[i], 1, false, kind, &steps[i], err))
             return -1.0;
         if (draw) {
@@ -201,16 +214,30 @@ static int measure_verify_cost(struct kk_session *s, const int32_t *ids,
     return 0;
 }
 
-/* Decode steps on top of the prompt, timed three ways: with the logits
- * coming back, with only the greedy choices, and with the logits and a
- * draw from them (BENCH_TEMPERATURE, BENCH_TOP_P); into out. */
+/* The figures of a sampled decode (steps[n] each) as `key` in out. */
+static void add_sampled(cJSON *out, const char *key, double *steps,
+                        int n, double seconds, double plain_ms)
+{
+    const double ms = bench_median(steps, n) * 1e3;
+    cJSON *sj = cJSON_AddObjectToObject(out, key);
+    cJSON_AddNumberToObject(sj, "temperature", BENCH_TEMPERATURE);
+    cJSON_AddNumberToObject(sj, "top_p", BENCH_TOP_P);
+    cJSON_AddNumberToObject(sj, "tok_per_s", n / seconds);
+    cJSON_AddNumberToObject(sj, "ms_median", ms);
+    cJSON_AddNumberToObject(sj, "median_over_logits", ms / plain_ms);
+}
+
+/* Decode steps on top of the prompt, timed four ways: with the logits
+ * coming back, with only the greedy choices, with the logits and a draw
+ * from them (BENCH_TEMPERATURE, BENCH_TOP_P), and with that draw made in
+ * the pass; into out. */
 static int measure_decode(struct kk_session *s, const int32_t *ids,
                           int n_decode, int32_t n_vocab, cJSON *out,
                           struct kk_error *err)
 {
     enum { MAX_STEPS = 4096 };
     const int n = n_decode < MAX_STEPS ? n_decode : MAX_STEPS;
-    double *steps = malloc(3 * MAX_STEPS * sizeof *steps);
+    double *steps = malloc(4 * MAX_STEPS * sizeof *steps);
     struct bench_draw draw = {.sampling = {.temperature =
                                                (float)BENCH_TEMPERATURE,
                                            .top_p = (float)BENCH_TOP_P},
@@ -227,7 +254,7 @@ static int measure_decode(struct kk_session *s, const int32_t *ids,
         return -1;
     }
     double *plain = steps, *greedy = steps + MAX_STEPS,
-           *sampled = steps + 2 * MAX_STEPS;
+           *sampled = steps + 2 * MAX_STEPS, *in_pass = steps + 3 * MAX_STEPS;
     const double t_dec = time_decode(s, ids, n, ROWS_LOGITS, NULL, plain, err);
     const double t_greedy = t_dec < 0 ? -1.0
                             : time_decode(s, ids, n, ROWS_GREEDY, NULL, greedy,
@@ -235,26 +262,30 @@ static int measure_decode(struct kk_session *s, const int32_t *ids,
     const double t_sampled = t_greedy < 0 ? -1.0
                              : time_decode(s, ids, n, ROWS_LOGITS, &draw,
                                            sampled, err);
-    if (t_sampled >= 0) {
+    draw.in_pass = true;
+    draw.rng = kk_rng_seed(1);
+    const double t_in_pass = t_sampled < 0 ? -1.0
+                             : time_decode(s, ids, n, ROWS_LOGITS, &draw,
+                                           in_pass, err);
+    if (t_in_pass >= 0) {
         const double plain_ms = bench_median(plain, n) * 1e3;
-        const double sampled_ms = bench_median(sampled, n) * 1e3;
         cJSON_AddNumberToObject(out, "decode_tokens", n);
         cJSON_AddNumberToObject(out, "decode_tok_per_s", n / t_dec);
         cJSON_AddNumberToObject(out, "decode_ms_median", plain_ms);
         cJSON_AddNumberToObject(out, "decode_greedy_tok_per_s", n / t_greedy);
         cJSON_AddNumberToObject(out, "decode_greedy_ms_median",
                                 bench_median(greedy, n) * 1e3);
-        cJSON *sj = cJSON_AddObjectToObject(out, "decode_sampled");
-        cJSON_AddNumberToObject(sj, "temperature", BENCH_TEMPERATURE);
-        cJSON_AddNumberToObject(sj, "top_p", BENCH_TOP_P);
-        cJSON_AddNumberToObject(sj, "tok_per_s", n / t_sampled);
-        cJSON_AddNumberToObject(sj, "ms_median", sampled_ms);
-        cJSON_AddNumberToObject(sj, "median_over_logits",
-                                sampled_ms / plain_ms);
+        add_sampled(out, "decode_sampled", sampled, n, t_sampled, plain_ms);
+        add_sampled(out, "decode_sampled_in_pass", in_pass, n, t_in_pass,
+                    plain_ms);
+        cJSON_AddNumberToObject(
+            cJSON_GetObjectItem(out, "decode_sampled_in_pass"),
+            "speedup_over_host_draw",
+            bench_median(sampled, n) / bench_median(in_pass, n));
     }
     free(steps);
     free(draw.scratch);
-    return t_sampled < 0 ? -1 : 0;
+    return t_in_pass < 0 ? -1 : 0;
 }
 
 /* Runs what is about to be timed (a prefill, then decode steps), for at

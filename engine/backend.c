@@ -114,6 +114,17 @@ const int32_t *be_read_argmax(struct backend *be, const struct be_tensor *t,
     return be->ops->read_argmax(be, t, rows);
 }
 
+bool be_draws_samples(const struct backend *be)
+{
+    return be->ops->read_sample && be->ops->draws_samples(be);
+}
+
+const int32_t *be_read_sample(struct backend *be, const struct be_tensor *t,
+                              int rows, const struct be_draw *draw)
+{
+    return be->ops->read_sample(be, t, rows, draw);
+}
+
 void be_embed(struct backend *be, const struct weight *w,
               const int32_t *tokens, int n, float scale, struct be_tensor *x)
 {

@@ -110,6 +110,25 @@ const float *be_read(struct backend *be, const struct be_tensor *t, int rows);
 const int32_t *be_read_argmax(struct backend *be, const struct be_tensor *t,
                               int rows);
 
+/* What a sampled draw from each row of logits asks (engine/sample.h):
+ * the softmax at `temperature` (> 0), the top_p nucleus, and each row's
+ * uniform as the generator's 53 bits (sample_bits53). */
+struct be_draw {
+    float temperature, top_p;
+    const uint64_t *u53;   /* one a row */
+};
+/* Whether the backend draws where the rows are (be_read_sample). Where it
+ * does not (the CPU, whose rows are host memory already), the caller reads
+ * the rows and draws on the host. */
+bool be_draws_samples(const struct backend *be);
+/* Instead of the rows, a draw from each, valid and owned as
+ * be_read_argmax's choices: the token that sample_probs and sample_pick
+ * give with the same uniform, except where it falls within rounding of a
+ * boundary between two tokens (the device sums in fixed point; see
+ * shaders/sample.comp). Only where be_draws_samples. */
+const int32_t *be_read_sample(struct backend *be, const struct be_tensor *t,
+                              int rows, const struct be_draw *draw);
+
 /* Embedding rows of `tokens`, times scale, into x (width w->n_cols). */
 void be_embed(struct backend *be, const struct weight *w,
               const int32_t *tokens, int n, float scale, struct be_tensor *x);

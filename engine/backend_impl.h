@@ -40,6 +40,11 @@ struct backend_ops {
                          int rows);
     const int32_t *(*read_argmax)(struct backend *be,
                                   const struct be_tensor *t, int rows);
+    /* NULL where the backend draws no samples (the host does) */
+    bool (*draws_samples)(const struct backend *be);
+    const int32_t *(*read_sample)(struct backend *be,
+                                  const struct be_tensor *t, int rows,
+                                  const struct be_draw *draw);
     void (*embed)(struct backend *be, const struct weight *w,
                   const int32_t *tokens, int n, float scale,
                   struct be_tensor *x);

@@ -33,7 +33,7 @@ int draft_catch_up(struct kk_session *d, const int32_t *history,
     kk_session_trim(d, keep);
     /* (the rows' results are not used: the cheapest kind) */
     return session_append_eval(d, history + keep, n_history - 1 - keep, 1,
-                               FORWARD_ARGMAX, NULL, NULL, err);
+                               FORWARD_ARGMAX, NULL, NULL, NULL, err);
 }
 
 int draft_propose(struct kk_session *d, const int32_t *history,
@@ -61,12 +61,12 @@ int draft_propose(struct kk_session *d, const int32_t *history,
      * device), sampled ones the draft's distribution q */
     const enum forward_out rows = greedy ? FORWARD_ARGMAX : FORWARD_LOGITS;
     if (session_append_eval(d, history + keep, n_history - keep, 1, rows,
-                            NULL, NULL, err))
+                            NULL, NULL, NULL, err))
         return -1;
     for (int i = 0; i < max; i++) {
         int32_t id;
         if (greedy) {
-            id = session_argmax(d, 0);
+            id = session_token(d, 0);
         } else {
             float *q = out->q + (size_t)i * (size_t)n_vocab;
             sample_probs(sampling, session_logits(d, 0), n_vocab, q,
@@ -75,7 +75,7 @@ int draft_propose(struct kk_session *d, const int32_t *history,
         }
         out->ids[out->n++] = id;
         int rc = i + 1 < max ? session_append_eval(d, &id, 1, 1, rows, NULL,
-                                                   NULL, err)
+                                                   NULL, NULL, err)
                              : session_push(d, &id, 1, err);
         if (rc)
             return -1;

@@ -15,6 +15,7 @@
 #include "kv.h"
 #include "matmul.h"
 #include "model.h"
+#include "sample.h"
 #include "session.h"
 #include "tokenizer.h"
 
@@ -282,6 +283,7 @@ int session_push(struct kk_session *s, const int32_t *ids, int n,
 
 int session_append_eval(struct kk_session *s, const int32_t *ids, int n,
                         int n_logits, enum forward_out out,
+                        const struct be_draw *draw,
                         void (*progress)(void *ud, int done, int total),
                         void *ud, struct kk_error *err)
 {
@@ -304,7 +306,7 @@ int session_append_eval(struct kk_session *s, const int32_t *ids, int n,
             b = left - n_logits;
         int from = left == b ? b - n_logits : b;
         if (forward_run(s->fwd, s->kv, s->tokens + start + done, b, from,
-                        out, err)) {
+                        out, draw, err)) {
             kv_trim(s->kv, start);
             s->n_tokens = n_before;
             return -1;
@@ -325,9 +327,9 @@ const float *session_logits(const struct kk_session *s, int row)
     return logits + (size_t)row * s->model->m->hp.n_vocab;
 }
 
-int32_t session_argmax(const struct kk_session *s, int row)
+int32_t session_token(const struct kk_session *s, int row)
 {
-    const int32_t *ids = forward_argmax(s->fwd);
+    const int32_t *ids = forward_tokens(s->fwd);
     if (row < 0 || row >= s->logits_rows || !ids)
         return -1;
     return ids[row];
@@ -344,7 +346,7 @@ int kk_session_eval(struct kk_session *s, const int32_t *ids, int n,
         return kk_fail(err, "all logits of %d tokens requested; at most %d "
                             "fit in one batch", n, s->max_batch);
     return session_append_eval(s, ids, n, all_logits ? n : 1,
-                               FORWARD_LOGITS, progress, ud, err);
+                               FORWARD_LOGITS, NULL, progress, ud, err);
 }
 
 const float *kk_session_logits(const struct kk_session *s, int row)
@@ -363,12 +365,28 @@ int kk_session_eval_greedy(struct kk_session *s, const int32_t *ids, int n,
         return kk_fail(err, "greedy choices for all of %d tokens requested; "
                             "at most %d fit in one batch", n, s->max_batch);
     return session_append_eval(s, ids, n, all_rows ? n : 1, FORWARD_ARGMAX,
-                               progress, ud, err);
+                               NULL, progress, ud, err);
 }
 
-int32_t kk_session_argmax(const struct kk_session *s, int row)
+int kk_session_eval_sample(struct kk_session *s, const int32_t *ids, int n,
+                           const struct kk_sampling *p, uint64_t *rng,
+                           void (*progress)(void *ud, int done, int total),
+                           void *ud, struct kk_error *err)
 {
-    return session_argmax(s, row);
+    if (n <= 0)
+        return kk_fail(err, "nothing to evaluate");
+    if (!(p->temperature > 0.0f))
+        return kk_fail(err, "a draw needs a temperature above 0 (at 0, "
+                            "kk_session_eval_greedy)");
+    const uint64_t u53 = sample_bits53(rng);
+    const struct be_draw draw = {p->temperature, p->top_p, &u53};
+    return session_append_eval(s, ids, n, 1, FORWARD_SAMPLE, &draw, progress,
+                               ud, err);
+}
+
+int32_t kk_session_token(const struct kk_session *s, int row)
+{
+    return session_token(s, row);
 }
 
 void kk_session_kv_info(const struct kk_session *s, struct kk_kv_info *out)

@@ -12,6 +12,7 @@
 #include "error.h"
 #include "kv.h"
 #include "model.h"
+#include "sample.h"
 
 struct forward {
     const struct model *m;
@@ -28,9 +29,15 @@ struct forward {
     struct be_tensor *logits; /* n_vocab; grown to the rows asked for */
     int32_t *pos;
     /* What the last pass gave back, owned by be: its logits or its rows'
-     * greedy choices (the other NULL). */
+     * tokens (the other NULL). */
     const float *logits_host;
-    const int32_t *argmax_host;
+    const int32_t *tokens_host;
+    /* Draws made here, where the backend makes none (be_draws_samples):
+     * the rows' tokens, a row's probabilities and sample_probs' order
+     * (max_batch, n_vocab, n_vocab). */
+    int32_t *drawn;
+    float *probs;
+    int32_t *order;
 };
 
 int forward_new(const struct model *m, struct backend *be, int max_batch,
@@ -58,7 +65,13 @@ int forward_new(const struct model *m, struct backend *be, int max_batch,
         }
     }
     f->pos = malloc((size_t)max_batch * sizeof(int32_t));
-    if (!f->pos) {
+    const bool host_draws = !be_draws_samples(be);
+    if (host_draws) {
+        f->drawn = malloc((size_t)max_batch * sizeof(int32_t));
+        f->probs = malloc((size_t)hp->n_vocab * sizeof(float));
+        f->order = malloc((size_t)hp->n_vocab * sizeof(int32_t));
+    }
+    if (!f->pos || (host_draws && (!f->drawn || !f->probs || !f->order))) {
         forward_free(f);
         return kk_fail(err, "out of memory allocating activations for "
                             "batches of %d tokens", max_batch);
@@ -84,6 +97,9 @@ void forward_free(struct forward *f)
     for (size_t i = 0; i < sizeof acts / sizeof acts[0]; i++)
         be_tensor_free(f->be, acts[i]);
     free(f->pos);
+    free(f->drawn);
+    free(f->probs);
+    free(f->order);
     free(f);
 }
 
@@ -97,9 +113,9 @@ const float *forward_logits(const struct forward *f)
     return f->logits_host;
 }
 
-const int32_t *forward_argmax(const struct forward *f)
+const int32_t *forward_tokens(const struct forward *f)
 {
-    return f->argmax_host;
+    return f->tokens_host;
 }
 
 /* x += the block's output W · in, normed first when the layer has a
@@ -193,9 +209,42 @@ static int reserve_logits(struct forward *f, int rows, struct kk_error *err)
     return f->logits ? 0 : -1;
 }
 
+/* What the pass reads back of its n_out rows of logits (see forward_out):
+ * the rows themselves, their greedy choices, or draws from them made by
+ * the backend where it makes them — else the rows, for draw_on_host. */
+static void read_rows(struct forward *f, int n_out, enum forward_out out,
+                      const struct be_draw *draw)
+{
+    f->logits_host = NULL;
+    f->tokens_host = NULL;
+    if (out == FORWARD_ARGMAX)
+        f->tokens_host = be_read_argmax(f->be, f->logits, n_out);
+    else if (out == FORWARD_SAMPLE && be_draws_samples(f->be))
+        f->tokens_host = be_read_sample(f->be, f->logits, n_out, draw);
+    else
+        f->logits_host = be_read(f->be, f->logits, n_out);
+}
+
+/* A FORWARD_SAMPLE pass's draws where the backend made none: the host's
+ * (sample_probs, sample_pick) from the rows that came back. */
+static void draw_on_host(struct forward *f, int n_out,
+                         const struct be_draw *draw)
+{
+    const struct kk_sampling sp = {.temperature = draw->temperature,
+                                   .top_p = draw->top_p};
+    const int32_t n_vocab = f->m->hp.n_vocab;
+    for (int r = 0; r < n_out; r++) {
+        sample_probs(&sp, f->logits_host + (size_t)r * (size_t)n_vocab,
+                     n_vocab, f->probs, f->order);
+        f->drawn[r] = sample_pick(f->probs, n_vocab, draw->u53[r]);
+    }
+    f->logits_host = NULL;
+    f->tokens_host = f->drawn;
+}
+
 int forward_run(struct forward *f, struct kv_cache *kv, const int32_t *tokens,
                 int n, int logits_from, enum forward_out out,
-                struct kk_error *err)
+                const struct be_draw *draw, struct kk_error *err)
 {
     const struct model *m = f->m;
     const struct model_hparams *hp = &m->hp;
@@ -222,9 +271,7 @@ int forward_run(struct forward *f, struct kv_cache *kv, const int32_t *tokens,
         }
         const struct be_norm norm = {m->output_norm, hp->rms_eps, f->h};
         be_matmul(be, &m->output, rows, &norm, n_out, f->logits);
-        const bool greedy = out == FORWARD_ARGMAX;
-        f->logits_host = greedy ? NULL : be_read(be, f->logits, n_out);
-        f->argmax_host = greedy ? be_read_argmax(be, f->logits, n_out) : NULL;
+        read_rows(f, n_out, out, draw);
     }
     if (be_end(be, err)) {
         /* A device error leaves the cache's rows unknown: start it over
@@ -233,5 +280,7 @@ int forward_run(struct forward *f, struct kv_cache *kv, const int32_t *tokens,
         return -1;
     }
     kv->n_tokens = pos0 + n;
+    if (n_out > 0 && out == FORWARD_SAMPLE && f->logits_host)
+        draw_on_host(f, n_out, draw);
     return 0;
 }

@@ -27,22 +27,27 @@ void forward_free(struct forward *f);
 int forward_max_batch(const struct forward *f);
 
 /* What a pass gives back of the rows asked for: their logits, or only each
- * row's greedy choice — all greedy decoding needs, which a GPU makes
- * itself, so that one int a row comes back instead of n_vocab floats. */
-enum forward_out { FORWARD_LOGITS, FORWARD_ARGMAX };
+ * row's token — its greedy choice (FORWARD_ARGMAX) or a draw from it
+ * (FORWARD_SAMPLE), which a GPU makes itself, so that one int a row comes
+ * back instead of n_vocab floats. */
+enum forward_out { FORWARD_LOGITS, FORWARD_ARGMAX, FORWARD_SAMPLE };
+
+struct be_draw;
 
 /* Runs n (1..max_batch) tokens. On success row logits_from + i has its
- * logits at forward_logits(f) + i * n_vocab (FORWARD_LOGITS) or its greedy
- * choice at forward_argmax(f)[i] (FORWARD_ARGMAX). Fails (with the cache
- * unchanged) when the context is full or a token id is out of range. */
+ * logits at forward_logits(f) + i * n_vocab (FORWARD_LOGITS) or its token
+ * at forward_tokens(f)[i]: its greedy choice (FORWARD_ARGMAX) or its draw
+ * as `draw` asks, one uniform a row (FORWARD_SAMPLE; draw is read only
+ * then). Fails (with the cache unchanged) when the context is full or a
+ * token id is out of range. */
 int forward_run(struct forward *f, struct kv_cache *kv, const int32_t *tokens,
                 int n, int logits_from, enum forward_out out,
-                struct kk_error *err);
+                const struct be_draw *draw, struct kk_error *err);
 
 /* What the last forward_run gave back (owned by f, valid until the next):
- * its logits, NULL after a FORWARD_ARGMAX pass; its rows' greedy choices
- * (sample_argmax's), NULL after a FORWARD_LOGITS pass. */
+ * its logits, NULL unless it was a FORWARD_LOGITS pass; its rows' tokens
+ * (sample_argmax's choices, or draws), NULL after a FORWARD_LOGITS pass. */
 const float *forward_logits(const struct forward *f);
-const int32_t *forward_argmax(const struct forward *f);
+const int32_t *forward_tokens(const struct forward *f);
 
 #endif

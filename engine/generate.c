@@ -134,12 +134,25 @@ static int propose(struct generation *g, int L, struct kk_error *err)
 
 /* ---- verifying ---- */
 
-/* What a step asks of the target's rows: greedy decoding needs only each
- * row's argmax, which a GPU makes itself (one int a row comes back, not
- * a vocabulary of floats); sampling needs the logits. */
-static enum forward_out rows_wanted(const struct generation *g)
+/* What an evaluation asks of the target's rows when the last of them is
+ * all that matters (or none of the first ones needs its distribution):
+ * greedy decoding needs only each row's argmax, sampling a draw from the
+ * last row — both made where the logits are on a GPU, so that one int a
+ * row comes back instead of a vocabulary of floats. A verify block's
+ * other rows need their distributions, so it takes the logits. The draw's
+ * uniform is the one target_token would take, at the same point in the
+ * generator's sequence; `draw` keeps it. */
+static enum forward_out rows_wanted(struct generation *g, int n_drafts,
+                                    struct be_draw *draw, uint64_t *u53)
 {
-    return g->is_greedy ? FORWARD_ARGMAX : FORWARD_LOGITS;
+    if (g->is_greedy)
+        return FORWARD_ARGMAX;
+    if (n_drafts > 0)
+        return FORWARD_LOGITS;
+    *u53 = sample_bits53(&g->rng);
+    *draw = (struct be_draw){g->p->sampling.temperature,
+                             g->p->sampling.top_p, u53};
+    return FORWARD_SAMPLE;
 }
 
 /* Decides draft i against the target's row i: true to accept; otherwise
@@ -148,7 +161,7 @@ static bool verify_token(struct generation *g, int i, int32_t *out)
 {
     const int32_t d = g->prop.ids[i], n = g->n_vocab;
     if (g->is_greedy) {
-        *out = session_argmax(g->s, i);
+        *out = session_token(g->s, i);
         return *out == d;
     }
     const float *logits = session_logits(g->s, i);
@@ -158,11 +171,13 @@ static bool verify_token(struct generation *g, int i, int32_t *out)
     return spec_accept(g->probs, q, d, n, &g->rng, g->resid, out);
 }
 
-/* The target's own token from its row i (bonus after a full match). */
+/* The target's own token from its row i (bonus after a full match): the
+ * choice or draw made with the rows (rows_wanted), or a draw from its
+ * logits. */
 static int32_t target_token(struct generation *g, int i)
 {
-    if (g->is_greedy)
-        return session_argmax(g->s, i);
+    if (!session_logits(g->s, i))
+        return session_token(g->s, i);
     sample_probs(&g->p->sampling, session_logits(g->s, i), g->n_vocab,
                  g->probs, (int32_t *)g->scratch);
     return sample_from(g->probs, g->n_vocab, &g->rng);
@@ -246,8 +261,11 @@ static int step(struct generation *g, struct kk_error *err)
     if (propose(g, L < 0 ? 0 : L, err))
         return -1;
     double t0 = now_seconds();
-    if (session_append_eval(s, g->prop.ids, g->prop.n, g->prop.n + 1,
-                            rows_wanted(g), NULL, NULL, err))
+    struct be_draw draw;
+    uint64_t u53;
+    const enum forward_out out = rows_wanted(g, g->prop.n, &draw, &u53);
+    if (session_append_eval(s, g->prop.ids, g->prop.n, g->prop.n + 1, out,
+                            &draw, NULL, NULL, err))
         return -1;
     int n_acc = 0;
     int32_t next = -1;
@@ -343,8 +361,11 @@ static int start(struct generation *g, const int32_t *prompt, int n_prompt,
         kv_trim(s->kv, s->n_tokens - 1);
     }
     double t0 = now_seconds();
-    if (session_append_eval(s, prompt, n_prompt, 1, rows_wanted(g), NULL,
-                            NULL, err))
+    struct be_draw draw;
+    uint64_t u53;
+    const enum forward_out out = rows_wanted(g, 0, &draw, &u53);
+    if (session_append_eval(s, prompt, n_prompt, 1, out, &draw, NULL, NULL,
+                            err))
         return -1;
     if (g->p->draft && g->p->spec != KK_SPEC_NGRAM &&
         g->p->spec != KK_SPEC_OFF &&

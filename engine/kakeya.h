@@ -164,19 +164,32 @@ int kk_session_eval(struct kk_session *s, const int32_t *ids, int n,
                     void (*progress)(void *ud, int done, int total), void *ud,
                     struct kk_error *err);
 /* Logits row i of the last eval (0 = the only row unless all_logits);
- * NULL after kk_session_eval_greedy. */
+ * NULL after kk_session_eval_greedy or kk_session_eval_sample. */
 const float *kk_session_logits(const struct kk_session *s, int row);
 /* kk_session_eval for greedy decoding: what comes back of each row is only
- * its argmax (kk_session_argmax), the token kk_sample picks at temperature
+ * its argmax (kk_session_token), the token kk_sample picks at temperature
  * 0. On a GPU that is made where the logits are, and 4 bytes a row cross
  * back instead of n_vocab floats. */
 int kk_session_eval_greedy(struct kk_session *s, const int32_t *ids, int n,
                            bool all_rows,
                            void (*progress)(void *ud, int done, int total),
                            void *ud, struct kk_error *err);
-/* Row i's argmax after kk_session_eval_greedy; -1 after kk_session_eval or
- * for a row it did not compute. */
-int32_t kk_session_argmax(const struct kk_session *s, int row);
+struct kk_sampling;
+/* kk_session_eval for sampled decoding (p->temperature > 0): what comes
+ * back is only a draw from the last row (kk_session_token(s, 0)), the
+ * token kk_sample draws from its logits with the same *rng, which it
+ * advances as kk_sample does. On a GPU the draw is made where the logits
+ * are (in fixed point: it can differ from kk_sample's only where the
+ * uniform falls within rounding of a boundary between two tokens' shares)
+ * and 4 bytes cross back instead of n_vocab floats. */
+int kk_session_eval_sample(struct kk_session *s, const int32_t *ids, int n,
+                           const struct kk_sampling *p, uint64_t *rng,
+                           void (*progress)(void *ud, int done, int total),
+                           void *ud, struct kk_error *err);
+/* Row i's token after kk_session_eval_greedy (its argmax) or
+ * kk_session_eval_sample (the draw); -1 after kk_session_eval or for a row
+ * it did not compute. */
+int32_t kk_session_token(const struct kk_session *s, int row);
 
 /* ---- sampling and generation ---- */
 

@@ -22,14 +22,19 @@ uint64_t kk_rng_seed(uint64_t seed)
     return z ? z : 1;
 }
 
-double sample_uniform(uint64_t *s)
+uint64_t sample_bits53(uint64_t *s)
 {
     uint64_t x = *s;
     x ^= x >> 12;
     x ^= x << 25;
     x ^= x >> 27;
     *s = x;
-    return (double)((x * 0x2545f4914f6cdd1dull) >> 11) * 0x1.0p-53;
+    return (x * 0x2545f4914f6cdd1dull) >> 11;
+}
+
+double sample_uniform(uint64_t *s)
+{
+    return (double)sample_bits53(s) * 0x1.0p-53;
 }
 
 /* The first index of the largest value, as a scan that keeps the first of
@@ -307,10 +312,15 @@ void sample_probs(const struct kk_sampling *p, const float *logits, int32_t n,
 
 int32_t sample_from(const float *probs, int32_t n, uint64_t *rng)
 {
+    return sample_pick(probs, n, sample_bits53(rng));
+}
+
+int32_t sample_pick(const float *probs, int32_t n, uint64_t u53)
+{
     double total = 0.0;
     for (int32_t i = 0; i < n; i++)
         total += probs[i];
-    double r = sample_uniform(rng) * total;
+    double r = (double)u53 * 0x1.0p-53 * total;
     int32_t last = 0;
     for (int32_t i = 0; i < n; i++) {
         if (probs[i] <= 0.0f)

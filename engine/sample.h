@@ -24,8 +24,18 @@ void sample_probs(const struct kk_sampling *p, const float *logits, int32_t n,
 double sample_weights(const float *logits, int32_t n, float temperature,
                       float *weights);
 
-/* Draws from probs (non-negative, any positive total). */
+/* Draws from probs (non-negative, any positive total):
+ * sample_pick(probs, n, sample_bits53(rng)). */
 int32_t sample_from(const float *probs, int32_t n, uint64_t *rng);
+
+/* The draw with the uniform u53 2^-53 given: the first id, in id order,
+ * at which the probabilities so far pass that share of their total. */
+int32_t sample_pick(const float *probs, int32_t n, uint64_t u53);
+
+/* The generator's next 53 bits (below 2^53): a uniform draw in [0, 1) is
+ * them times 2^-53, which is sample_uniform. A GPU that draws a token
+ * where the logits are (be_read_sample) is handed these bits. */
+uint64_t sample_bits53(uint64_t *rng);
 
 /* Uniform in [0, 1). */
 double sample_uniform(uint64_t *rng);

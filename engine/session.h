@@ -42,9 +42,11 @@ struct kk_session {
 /* Appends ids to the history and evaluates everything not yet in the
  * cache, in batches; for the last `n_logits` rows of the evaluated span
  * (at most max_batch, at least 1) their logits or, with FORWARD_ARGMAX,
- * their greedy choices (session_logits / session_argmax). */
+ * their greedy choices, with FORWARD_SAMPLE draws as `draw` asks
+ * (session_logits / session_token; forward_run). */
 int session_append_eval(struct kk_session *s, const int32_t *ids, int n,
                         int n_logits, enum forward_out out,
+                        const struct be_draw *draw,
                         void (*progress)(void *ud, int done, int total),
                         void *ud, struct kk_error *err);
 
@@ -52,9 +54,10 @@ int session_append_eval(struct kk_session *s, const int32_t *ids, int n,
 int session_push(struct kk_session *s, const int32_t *ids, int n,
                  struct kk_error *err);
 
-/* Logits row i of the last evaluation (NULL after a FORWARD_ARGMAX one). */
+/* Logits row i of the last evaluation (NULL unless a FORWARD_LOGITS one). */
 const float *session_logits(const struct kk_session *s, int row);
-/* Row i's greedy choice after a FORWARD_ARGMAX evaluation, else -1. */
-int32_t session_argmax(const struct kk_session *s, int row);
+/* Row i's token after a FORWARD_ARGMAX evaluation (its greedy choice) or a
+ * FORWARD_SAMPLE one (its draw), else -1. */
+int32_t session_token(const struct kk_session *s, int row);
 
 #endif

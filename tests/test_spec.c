@@ -349,6 +349,17 @@ static void test_greedy_choices_are_the_logits_argmax(void **state)
     kk_model_close(m);
 }
 
+/* Sampled decoding on the CPU draws the tokens kk_sample draws from each
+ * step's logits, one seed, whether the draw is asked of the pass
+ * (kk_session_eval_sample) or made by kk_generate. */
+static void test_sampled_draws_are_kk_sample_draws(void **state)
+{
+    (void)state;
+    struct kk_model *m = testutil_open_default_model();
+    testutil_check_sampled_draws(m, KK_BACKEND_CPU, prompts[0]);
+    kk_model_close(m);
+}
+
 /* ---- the cache holds exactly the committed tokens ---- */
 
 static void check_cache_matches_fresh(struct kk_model *m,
@@ -467,6 +478,7 @@ int main(void)
         cmocka_unit_test(test_draft_with_other_vocabulary_is_refused),
         cmocka_unit_test(test_rejection_sampling_keeps_target_distribution),
         cmocka_unit_test(test_greedy_choices_are_the_logits_argmax),
+        cmocka_unit_test(test_sampled_draws_are_kk_sample_draws),
         cmocka_unit_test(test_cache_holds_exactly_committed_tokens),
         cmocka_unit_test(test_stop_request_ends_at_a_step_boundary),
         cmocka_unit_test(test_full_context_stops_and_says_so),

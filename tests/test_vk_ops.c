@@ -848,6 +848,177 @@ static void test_argmax_chooses_as_sample_argmax(void **state)
     check_argmax(3, 10);        /* fewer values than a subgroup */
 }
 
+/* ---- sample ---- */
+
+/* A row of logits for the sample shader, and how to draw from it. */
+struct draw_case {
+    int width;
+    float temperature, top_p;
+    float spread;      /* logits uniform in [-spread, spread] ... */
+    enum { DRAW_RANDOM, DRAW_EQUAL, DRAW_TOP_TWICE, DRAW_MASKED } kind;
+};
+
+static void draw_logits(const struct draw_case *c, uint64_t *s, float *x)
+{
+    for (int i = 0; i < c->width; i++)
+        x[i] = c->kind == DRAW_EQUAL ? 1.5f : uniform(s, -c->spread, c->spread);
+    if (c->kind == DRAW_TOP_TWICE)   /* ties for the top: the lower id */
+        x[c->width / 30] = x[c->width / 2] = 2.0f * c->spread;
+    if (c->kind == DRAW_MASKED)      /* masked tokens are never drawn */
+        for (int i = 1; i < c->width; i += 2)
+            x[i] = -INFINITY;
+}
+
+/* Whether the nucleus' last token is clear of rounding: the host's kept
+ * mass passes top_p by more than 2e-6, and would fall short of it by
+ * more than 2e-6 without its least likely token. (The device sums in
+ * fixed point, from its own e^x, a few ulp from the host's: an edge
+ * closer than that could fall on either side.) */
+static bool nucleus_is_clear(const struct draw_case *c, const float *x,
+                             const float *probs)
+{
+    if (c->top_p >= 1.0f || c->top_p <= 0.0f)
+        return true;
+    float *w = malloc((size_t)c->width * sizeof *w);
+    assert_non_null(w);
+    const double all = sample_weights(x, c->width, c->temperature, w);
+    double kept = 0.0, least = INFINITY;
+    for (int i = 0; i < c->width; i++)
+        if (probs[i] > 0.0f) {
+            kept += w[i];
+            least = w[i] < least ? w[i] : least;
+        }
+    free(w);
+    return kept / all - c->top_p > 2e-6 &&
+           c->top_p - (kept - least) / all > 2e-6;
+}
+
+/* The uniform's 53 bits at the middle of token i's share of the kept mass
+ * (in id order, as a draw walks it): far from rounding's reach. */
+static uint64_t u53_inside(const float *probs, int n, int i)
+{
+    double total = 0.0, before = 0.0;
+    for (int j = 0; j < n; j++) {
+        total += probs[j];
+        before += j < i ? probs[j] : 0.0;
+    }
+    return (uint64_t)((before + 0.5 * probs[i]) / total * 0x1p53);
+}
+
+/* Rows of the case's logits, each with its own uniform: 0 (the first kept
+ * id), the largest (the last kept id), then the middles of kept tokens
+ * of at least 2e-5 of the mass (1e-5 from either edge, where the device's
+ * sums are within ~1e-6), spread over them — and where all are equal, a
+ * uniform right at a boundary; the shader's draws
+ * against sample_probs and sample_pick's, row by row. */
+static void check_sample(const struct draw_case *c)
+{
+    enum { ROWS = 17 };
+    const int n = c->width;
+    float *x = malloc((size_t)n * ROWS * sizeof *x);
+    float *probs = malloc((size_t)n * sizeof *probs);
+    int32_t *order = malloc((size_t)n * sizeof *order);
+    assert_non_null(x);
+    assert_non_null(probs);
+    assert_non_null(order);
+    const struct kk_sampling sp = {.temperature = c->temperature,
+                                   .top_p = c->top_p};
+    uint64_t s = (uint64_t)n * 104729u + (uint64_t)(c->top_p * 1000.0f);
+    bool clear = false;
+    for (int tries = 0; tries < 50 && !clear; tries++) {
+        draw_logits(c, &s, x);
+        sample_probs(&sp, x, n, probs, order);
+        clear = nucleus_is_clear(c, x, probs);
+    }
+    if (!clear)
+        fail_msg("sample width %d T %g top-p %g (kind %d): no seed put the "
+                 "nucleus' edge clear of rounding", n, c->temperature,
+                 c->top_p, c->kind);
+    for (int r = 1; r < ROWS; r++)
+        memcpy(x + (size_t)r * n, x, (size_t)n * sizeof *x);
+    double total = 0.0;
+    int n_wide = 0;
+    for (int i = 0; i < n; i++)
+        total += probs[i];
+    for (int i = 0; i < n; i++)
+        n_wide += probs[i] >= 2e-5 * total;
+    assert_true(n_wide > 0);
+    uint64_t u53[ROWS];
+    u53[0] = 0;
+    u53[1] = (1ull << 53) - 1;
+    for (int r = 2, k = 0; r < ROWS; r++) {
+        const int want_k = (r - 2) * n_wide / (ROWS - 2);
+        int i = 0;
+        for (;; i++)
+            if (probs[i] >= 2e-5 * total && k++ == want_k)
+                break;
+        k = 0;
+        u53[r] = u53_inside(probs, n, i);
+    }
+    if (c->kind == DRAW_EQUAL) {
+        /* a uniform exactly at the first boundary of equal shares: the
+         * next token (a draw takes the first whose mass so far passes
+         * it), on the device too, whose sums are exact here */
+        uint64_t n_kept = 0;
+        for (int i = 0; i < n; i++)
+            n_kept += probs[i] > 0.0f;
+        u53[2] = ((1ull << 53) + n_kept - 1) / n_kept;
+    }
+    uint32_t u[2 * ROWS], got[ROWS];
+    for (int r = 0; r < ROWS; r++) {
+        u[2 * r] = (uint32_t)u53[r];
+        u[2 * r + 1] = (uint32_t)(u53[r] >> 32);
+    }
+    const size_t bytes = (size_t)n * ROWS * sizeof(float);
+    struct vk_buffer bx = buffer_with(x, bytes), bw = buffer_with(NULL, bytes);
+    struct vk_buffer bu = buffer_with(u, sizeof u);
+    struct vk_buffer btok = buffer_with(NULL, sizeof got);
+    const struct vk_buffer *bufs[] = {&bx, &bw, &bu, &btok};
+    const bool keep_all = !(c->top_p < 1.0f);
+    const struct vk_push_sample push = {
+        (uint32_t)n, ROWS, c->temperature,
+        keep_all ? 0u : (uint32_t)ldexp(c->top_p, 32), keep_all};
+    run("sample", 4, bufs, &push, sizeof push, ROWS, 1, 1);
+    download(&btok, got, sizeof got);
+    for (int r = 0; r < ROWS; r++) {
+        const int32_t want = sample_pick(probs, n, u53[r]);
+        if ((int32_t)got[r] != want)
+            fail_msg("sample width %d T %g top-p %g (kind %d) row %d: %u, "
+                     "want %d (p %g)", n, c->temperature, c->top_p, c->kind,
+                     r, got[r], want, probs[want] / total);
+    }
+    vk_buffer_free(dev, &bx);
+    vk_buffer_free(dev, &bw);
+    vk_buffer_free(dev, &bu);
+    vk_buffer_free(dev, &btok);
+    free(x);
+    free(probs);
+    free(order);
+}
+
+static void test_sample_draws_as_the_host(void **state)
+{
+    (void)state;
+    REQUIRE_DEVICE();
+    if (!vk_device_has_int64_atomics(dev)) {
+        fprintf(stderr, "SKIP (no 64-bit atomics in shared memory: the host "
+                        "draws)\n");
+        skip();
+    }
+    const struct draw_case cases[] = {
+        {131077, 0.8f, 0.9f, 16.0f, DRAW_RANDOM},  /* a vocabulary */
+        {8192, 1.0f, 0.5f, 3.0f, DRAW_RANDOM},
+        {5000, 1.0f, 0.3055f, 0.0f, DRAW_EQUAL},    /* ties: the lower ids */
+        {257, 0.7f, 1.0f, 3.0f, DRAW_RANDOM},       /* top-p off */
+        {3000, 0.5f, 0.0f, 3.0f, DRAW_TOP_TWICE},   /* top-p 0: the top */
+        {5000, 1.2f, 0.95f, 3.0f, DRAW_MASKED},
+        {3, 1.0f, 0.9f, 1.0f, DRAW_RANDOM},         /* under a subgroup */
+        {4096, 0.05f, 0.9f, 3.0f, DRAW_RANDOM},     /* nearly greedy */
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
+        check_sample(&cases[i]);
+}
+
 /* ---- gated_act ---- */
 
 static float gelu_tanh(float x)
@@ -2972,6 +3143,7 @@ int main(void)
             test_rope_norm_and_neox_match_cpu_and_leave_unrotated_dims),
         cmocka_unit_test(test_add_elementwise_broadcast_and_grid_stride),
         cmocka_unit_test(test_argmax_chooses_as_sample_argmax),
+        cmocka_unit_test(test_sample_draws_as_the_host),
         cmocka_unit_test(test_gated_act_silu_matches_cpu),
         cmocka_unit_test(test_gated_act_gelu_rounds_through_f16_like_ggml),
         cmocka_unit_test(test_kv_store_writes_kv_c_rows_byte_for_byte),

@@ -14,7 +14,8 @@
  *     continues exactly as an uninterrupted run;
  *   - an f16 and a q8_0 cache on the device give the CPU's greedy tokens;
  *   - a row's greedy choice made on the device (argmax.comp) is the
- *     argmax of its logits.
+ *     argmax of its logits, and a draw made there (sample.comp) the
+ *     host's draw from them.
  * Without a Vulkan loader or device every test prints a loud SKIP line. */
 #include <math.h>
 #include <setjmp.h>
@@ -320,6 +321,20 @@ static void test_greedy_choices_are_the_logits_argmax_on_vulkan(void **state)
     kk_model_close(m);
 }
 
+/* What sampled decoding reads back from the device, the token drawn where
+ * the logits are, is what the host draws from them with the same seed
+ * (the default model: a trained one, whose nucleus is a few tokens, not a
+ * random model's half of the vocabulary). */
+static void test_sampled_draws_are_the_hosts_on_vulkan(void **state)
+{
+    (void)state;
+    if (!have_device())
+        skip();
+    struct kk_model *m = testutil_open_default_model();
+    testutil_check_sampled_draws(m, KK_BACKEND_VULKAN, prompt_text);
+    kk_model_close(m);
+}
+
 int main(void)
 {
     struct CMUnitTest tests[64];
@@ -339,6 +354,7 @@ int main(void)
             test_checkpoint_restores_on_vulkan_and_continues_exactly),
         cmocka_unit_test(test_cache_types_give_the_cpu_tokens_on_vulkan),
         cmocka_unit_test(test_greedy_choices_are_the_logits_argmax_on_vulkan),
+        cmocka_unit_test(test_sampled_draws_are_the_hosts_on_vulkan),
     };
     for (size_t i = 0; i < sizeof more / sizeof more[0]; i++)
         tests[n++] = more[i];

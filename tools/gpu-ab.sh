@@ -123,6 +123,12 @@ if "decode_greedy_tok_per_s" in e:
     print(f"[{sys.argv[2]}] greedy: decode {e['decode_greedy_tok_per_s']:.1f}"
           f" tok/s (median {e['decode_greedy_ms_median']:.3f} ms); verify ms "
           + " ".join(f"{L}:{g[L]:.2f}" for L in (1, 2, 4, 8, 16) if L in g))
+for key, what in (("decode_sampled", "drawn on the host"),
+                  ("decode_sampled_in_pass", "drawn in the pass")):
+    d = e.get(key)
+    if d:
+        print(f"[{sys.argv[2]}] sampled, {what}: {d['tok_per_s']:.1f} tok/s"
+              f" (median {d['ms_median']:.3f} ms)")
 EOF
 }
 

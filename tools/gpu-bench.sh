@@ -126,11 +126,14 @@ if e:
           f" {e['prefill_tok_per_s']:.0f} tok/s, c(2) {c.get(2, 0):.2f}"
           f" c(4) {c.get(4, 0):.2f} c(8) {c.get(8, 0):.2f}"
           f" c(16) {c.get(16, 0):.2f}")
-    d = e.get("decode_sampled")
-    if d:
-        print(f"{p}: sampled (temperature {d['temperature']}, top-p"
-              f" {d['top_p']}): decode {d['tok_per_s']:.1f} tok/s, a step"
-              f" {d['median_over_logits']:.2f}x the step with logits alone")
+    for key, what in (("decode_sampled", "drawn on the host"),
+                      ("decode_sampled_in_pass", "drawn in the pass")):
+        d = e.get(key)
+        if d:
+            print(f"{p}: sampled (temperature {d['temperature']}, top-p"
+                  f" {d['top_p']}), {what}: decode {d['tok_per_s']:.1f}"
+                  f" tok/s, a step {d['median_over_logits']:.2f}x the step"
+                  f" with logits alone")
     g = {v["L"]: v["c"] for v in e.get("verify_cost_greedy", [])}
     if g:
         print(f"{p}: greedy (argmax rows): decode"

@@ -22,6 +22,7 @@
  * / backend_kv_push). */
 #include "backend_impl.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -126,6 +127,12 @@ struct vk_backend {
     int32_t *ids;
     int ids_cap, argmax_rows;
     uint32_t argmax_groups;
+    /* Draws made where the logits are (vkb_read_sample), where the device
+     * runs sample.comp (has_sample): its scratch weights, the rows'
+     * uniforms, the tokens, and the tokens on their way back. */
+    bool has_sample;
+    struct vk_pipeline sample;
+    struct vk_buffer sample_w, sample_u, sample_tok, sample_readback;
     /* attention_rope's partials of the rows it splits (vk_shaders.h;
      * reserve_splits) */
     struct vk_buffer splits;
@@ -297,6 +304,17 @@ static void make_heads_pipelines(struct vk_backend *be, bool rowwise)
         vk_pipeline_free(be->dev, forms[i].out);
 }
 
+/* sample where the device takes it (vk_device_has_int64_atomics); a
+ * speed-up, not a need: without it the host draws from the logits. */
+static void make_sample_pipeline(struct vk_backend *be)
+{
+    struct kk_error ignored;
+    be->has_sample = vk_device_has_int64_atomics(be->dev) &&
+                     !make_pipeline(be, "sample", 4,
+                                    sizeof(struct vk_push_sample),
+                                    &be->sample, &ignored);
+}
+
 static int make_pipelines(struct vk_backend *be, struct kk_error *err)
 {
     bool rowwise = vk_device_is_cpu(be->dev);
@@ -377,7 +395,9 @@ static int make_pipelines(struct vk_backend *be, struct kk_error *err)
                          &be->attention_merge, err) ||
            make_pipeline(be, "argmax", 2, sizeof(struct vk_push_argmax),
                          &be->argmax, err)
-               ? -1 : (make_heads_pipelines(be, rowwise), 0);
+               ? -1
+               : (make_heads_pipelines(be, rowwise), make_sample_pipeline(be),
+                  0);
 }
 
 static int matmul_index(uint32_t type)
@@ -468,6 +488,10 @@ static void vkb_free(struct backend *base)
     vk_buffer_free(be->dev, &be->readback);
     vk_buffer_free(be->dev, &be->pairs);
     vk_buffer_free(be->dev, &be->pairs_readback);
+    vk_buffer_free(be->dev, &be->sample_w);
+    vk_buffer_free(be->dev, &be->sample_u);
+    vk_buffer_free(be->dev, &be->sample_tok);
+    vk_buffer_free(be->dev, &be->sample_readback);
     vk_buffer_free(be->dev, &be->splits);
     free(be->ids);
     struct vk_pipeline *ps[] = {&be->rmsnorm, &be->rmsnorm_add, &be->rope,
@@ -475,6 +499,7 @@ static void vkb_free(struct backend *base)
                                 &be->rope_kv_store, &be->rope_kv_store_norm,
                                 &be->attention, &be->attention_rope,
                                 &be->attention_merge, &be->argmax,
+                                &be->sample,
                                 &be->attention_rope_h2,
                                 &be->attention_rope_h4, &be->attention_h2,
                                 &be->attention_h4};
@@ -528,10 +553,20 @@ static int reserve_splits(struct vk_backend *be, int n_ctx, int64_t max_cols,
     return vk_buffer_new(be->dev, bytes, VK_MEM_DEVICE, &be->splits, err);
 }
 
-/* The upload buffer holds a pass's embedding rows (max_tokens x max_cols)
- * and its position tables; each table buffer max_tokens x head_dim angles
- * and a first position (struct rope_table). Attention's partials get room
- * for n_ctx positions (reserve_splits). */
+/* A pass's host data: its embedding rows (max_tokens x max_cols), its
+ * position tables, and the uniforms of its draws (one a row), each region
+ * aligned to 16 bytes (upload_alloc). */
+static size_t upload_bytes(int max_tokens, int64_t max_cols, int head_dim)
+{
+    return (size_t)max_tokens *
+               ((size_t)(max_cols + MAX_ROPE_TABLES * head_dim) *
+                    sizeof(float) + sizeof(uint64_t)) +
+           32 * (MAX_ROPE_TABLES + 2);
+}
+
+/* The upload buffer (upload_bytes); each position table's buffer holds
+ * max_tokens x head_dim angles and a first position (struct rope_table).
+ * Attention's partials get room for n_ctx positions (reserve_splits). */
 static int vkb_reserve(struct backend *base, int max_tokens, int64_t max_cols,
                        int n_ctx, int head_dim, int group,
                        struct kk_error *err)
@@ -541,14 +576,11 @@ static int vkb_reserve(struct backend *base, int max_tokens, int64_t max_cols,
     if (reserve_splits(be, n_ctx, max_cols, head_dim, err))
         return -1;
     if (max_tokens <= be->max_tokens && head_dim <= be->head_dim &&
-        (size_t)max_tokens * (size_t)(max_cols + MAX_ROPE_TABLES * head_dim) *
-                sizeof(float) <= be->upload.size)
+        upload_bytes(max_tokens, max_cols, head_dim) <= be->upload.size)
         return 0;
     max_tokens = max_tokens > be->max_tokens ? max_tokens : be->max_tokens;
     head_dim = head_dim > be->head_dim ? head_dim : be->head_dim;
-    size_t upload = (size_t)max_tokens *
-                        (size_t)(max_cols + MAX_ROPE_TABLES * head_dim) *
-                        sizeof(float) + 32 * (MAX_ROPE_TABLES + 1);
+    size_t upload = upload_bytes(max_tokens, max_cols, head_dim);
     vk_buffer_free(be->dev, &be->upload);
     if (vk_buffer_new(be->dev, upload, VK_MEM_UPLOAD, &be->upload, err))
         return -1;
@@ -761,6 +793,52 @@ static const int32_t *vkb_read_argmax(struct backend *base,
     be->argmax_rows = rows;
     be->argmax_groups = groups;
     return be->ids;
+}
+
+static bool vkb_draws_samples(const struct backend *base)
+{
+    return ((const struct vk_backend *)base)->has_sample;
+}
+
+/* Each row's draw, made where the logits are (sample.comp): four bytes a
+ * row come back instead of the vocabulary's floats, and the host does not
+ * sort out a nucleus from them. */
+static const int32_t *vkb_read_sample(struct backend *base,
+                                      const struct be_tensor *t, int rows,
+                                      const struct be_draw *draw)
+{
+    struct vk_backend *be = vkb(base);
+    const size_t whole = (size_t)t->rows * (size_t)t->width * sizeof(float);
+    const size_t u_bytes = (size_t)rows * sizeof(uint64_t);
+    const size_t tok_bytes = (size_t)t->rows * sizeof(uint32_t);
+    if (!read_buffer(be, &be->sample_w, whole, whole, VK_MEM_DEVICE) ||
+        !read_buffer(be, &be->sample_u, u_bytes,
+                     (size_t)t->rows * sizeof(uint64_t), VK_MEM_DEVICE) ||
+        !read_buffer(be, &be->sample_tok, tok_bytes, tok_bytes,
+                     VK_MEM_DEVICE) ||
+        !read_buffer(be, &be->sample_readback, tok_bytes, tok_bytes,
+                     VK_MEM_READBACK))
+        return NULL;
+    const int64_t off = upload_alloc(be, u_bytes);
+    if (off < 0)
+        return NULL;
+    uint32_t *u = (uint32_t *)((char *)be->upload.mapped + off);
+    for (int r = 0; r < rows; r++) {
+        u[2 * r] = (uint32_t)draw->u53[r];
+        u[2 * r + 1] = (uint32_t)(draw->u53[r] >> 32);
+    }
+    copy(be, &be->upload, (VkDeviceSize)off, &be->sample_u, 0, u_bytes);
+    const bool keep_all = !(draw->top_p < 1.0f);
+    const float top_p = draw->top_p > 0.0f ? draw->top_p : 0.0f;
+    const struct vk_push_sample pc = {
+        (uint32_t)t->width, (uint32_t)rows, draw->temperature,
+        keep_all ? 0u : (uint32_t)ldexp(top_p, 32), keep_all};
+    const struct vk_buffer *bufs[] = {buf(t), &be->sample_w, &be->sample_u,
+                                      &be->sample_tok};
+    dispatch(be, &be->sample, bufs, &pc, (uint32_t)rows, 1, 1);
+    copy(be, &be->sample_tok, 0, &be->sample_readback, 0,
+         (VkDeviceSize)rows * sizeof(uint32_t));
+    return be->sample_readback.mapped;
 }
 
 /* ---- ops ---- */
@@ -1516,7 +1594,9 @@ static const struct backend_ops vk_ops = {
     .reserve = vkb_reserve, .bind_kv = vkb_bind_kv, .kv_pull = vkb_kv_pull,
     .kv_push = vkb_kv_push, .tensor_new = vkb_tensor_new,
     .tensor_free = vkb_tensor_free, .begin = vkb_begin, .end = vkb_end,
-    .read = vkb_read, .read_argmax = vkb_read_argmax, .embed = vkb_embed,
+    .read = vkb_read, .read_argmax = vkb_read_argmax,
+    .draws_samples = vkb_draws_samples, .read_sample = vkb_read_sample,
+    .embed = vkb_embed,
     .folds_norm = true,
     .matmul = vkb_matmul,
     .matmul_multi = vkb_matmul_multi, .matmul_add = vkb_matmul_add,

@@ -415,4 +415,27 @@ struct vk_push_argmax {
 /* A row's choice from the `groups` pairs argmax wrote for it. */
 int32_t vk_argmax_choose(const uint32_t *pairs, uint32_t groups);
 
+/* sample: a draw from each of n_rows rows of `width` logits, as
+ * engine/sample.c's sample_probs and sample_pick make it — the weights
+ * e^((x - max) / temperature), 0 below e^-87.3 and for NaNs; the smallest
+ * set of the most likely (ties: the lower id) whose mass reaches top_p,
+ * at least one (all where keep_all); the first id, in id order, at which
+ * the kept mass so far passes u times the kept total — except that masses
+ * are integers in units of 2^-40 of the largest weight (a weight below
+ * 2^-40 is never drawn), so a draw differs from the host's only where u
+ * falls within rounding of a boundary between two tokens' shares. A row
+ * with no finite logit draws 0. TOKEN[r] = row r's draw; W (as large as
+ * X) is the shader's scratch. One workgroup of VK_SAMPLE_WORKGROUP a row
+ * (needs vk_device_has_int64_atomics).
+ * bindings: 0 X (float), 1 W (float), 2 U (uint: row r's 53 uniform bits
+ * at words 2r, low, and 2r + 1, high), 3 TOKEN (uint).
+ * grid: (n_rows, 1, 1). */
+#define VK_SAMPLE_WORKGROUP 1024
+struct vk_push_sample {
+    uint32_t width, n_rows;
+    float temperature;
+    uint32_t top_p32;   /* top_p 2^32, floored (top_p < 1) */
+    uint32_t keep_all;  /* 1: top_p 1 or more, every token kept */
+};
+
 #endif

@@ -166,6 +166,92 @@ int testutil_prompt(struct kk_model *m, const char *text, int32_t *ids)
                        &err);
 }
 
+struct kk_model *testutil_open_default_model(void)
+{
+    struct kk_model *m;
+    struct kk_error err = {{0}};
+    if (kk_model_open("data/models/kakeya-chat.gguf", &m, &err))
+        fail_msg("the default model: %s", err.msg);
+    return m;
+}
+
+enum { DRAWS = 48 };
+
+static bool collect_token(void *ud, int32_t id, const char *text,
+                          const struct kk_stats *st)
+{
+    (void)text, (void)st;
+    int32_t *ids = ud;
+    if (id >= 0 && ids[DRAWS] < DRAWS)
+        ids[ids[DRAWS]++] = id;
+    return true;
+}
+
+/* DRAWS tokens from the prompt, each drawn from the logits on the host
+ * (in_pass false) or in the pass (kk_session_eval_sample). */
+static void draw_tokens(struct kk_session *s, const int32_t *prompt, int n,
+                        const struct kk_sampling *p, bool in_pass,
+                        int32_t *out, int32_t n_vocab)
+{
+    struct kk_error err = {{0}};
+    float *scratch = malloc(2 * (size_t)n_vocab * sizeof *scratch);
+    assert_non_null(scratch);
+    uint64_t rng = kk_rng_seed(p->seed);
+    kk_session_trim(s, 0);
+    const int32_t *ids = prompt;
+    for (int i = 0; i < DRAWS; i++) {
+        const int rc = in_pass ? kk_session_eval_sample(s, ids, n, p, &rng,
+                                                        NULL, NULL, &err)
+                               : kk_session_eval(s, ids, n, false, NULL,
+                                                 NULL, &err);
+        if (rc)
+            fail_msg("%s", err.msg);
+        if (in_pass) {
+            assert_null(kk_session_logits(s, 0));
+            out[i] = kk_session_token(s, 0);
+        } else {
+            assert_int_equal(kk_session_token(s, 0), -1);
+            out[i] = kk_sample(p, &rng, kk_session_logits(s, 0), n_vocab,
+                               scratch);
+        }
+        ids = &out[i];
+        n = 1;
+    }
+    free(scratch);
+}
+
+void testutil_check_sampled_draws(struct kk_model *m, enum kk_backend b,
+                                  const char *text)
+{
+    int32_t prompt[256];
+    const int n = testutil_prompt(m, text, prompt);
+    assert_true(n > 1);
+    struct kk_model_info info;
+    kk_model_get_info(m, &info);
+    struct kk_session_params sp = {.n_ctx = 512, .n_threads = 2,
+                                   .backend = b};
+    struct kk_session *s;
+    struct kk_error err = {{0}};
+    if (kk_session_new(m, &sp, &s, &err))
+        fail_msg("%s", err.msg);
+    const struct kk_sampling p = {.temperature = 0.8f, .top_p = 0.9f,
+                                  .seed = 11};
+    int32_t host[DRAWS], in_pass[DRAWS], generated[DRAWS + 1] = {0};
+    draw_tokens(s, prompt, n, &p, false, host, info.n_vocab);
+    draw_tokens(s, prompt, n, &p, true, in_pass, info.n_vocab);
+    kk_session_trim(s, 0);
+    const struct kk_generate_params gp = {.n_predict = DRAWS, .sampling = p};
+    if (kk_generate(s, prompt, n, &gp, collect_token, generated, NULL, &err))
+        fail_msg("%s", err.msg);
+    assert_int_equal(generated[DRAWS], DRAWS);
+    for (int i = 0; i < DRAWS; i++)
+        if (in_pass[i] != host[i] || generated[i] != host[i])
+            fail_msg("%s token %d: drawn in the pass %d, by kk_generate %d, "
+                     "from the logits on the host %d", kk_session_backend(s),
+                     i, in_pass[i], generated[i], host[i]);
+    kk_session_free(s);
+}
+
 void testutil_check_greedy_rows(struct kk_model *m, enum kk_backend b,
                                 const char *text)
 {
@@ -191,18 +277,18 @@ void testutil_check_greedy_rows(struct kk_model *m, enum kk_backend b,
     for (int r = 0; r < n; r++) {
         want[r] = kk_sample(&greedy, &rng, kk_session_logits(s, r),
                             info.n_vocab, scratch);
-        assert_int_equal(kk_session_argmax(s, r), -1);
+        assert_int_equal(kk_session_token(s, r), -1);
     }
     kk_session_trim(s, 0);
     if (kk_session_eval_greedy(s, prompt, n, true, NULL, NULL, &err))
         fail_msg("%s", err.msg);
     assert_null(kk_session_logits(s, 0));
     for (int r = 0; r < n; r++)
-        if (kk_session_argmax(s, r) != want[r])
+        if (kk_session_token(s, r) != want[r])
             fail_msg("%s row %d: greedy choice %d, the logits' argmax %d",
-                     kk_session_backend(s), r, kk_session_argmax(s, r),
+                     kk_session_backend(s), r, kk_session_token(s, r),
                      want[r]);
-    assert_int_equal(kk_session_argmax(s, n), -1);
+    assert_int_equal(kk_session_token(s, n), -1);
     free(want);
     free(scratch);
     kk_session_free(s);

@@ -46,6 +46,18 @@ int testutil_prompt(struct kk_model *m, const char *text, int32_t *ids);
 void testutil_check_greedy_rows(struct kk_model *m, enum kk_backend b,
                                 const char *text);
 
+/* The default chat model (data/models/kakeya-chat.gguf, from the
+ * repository root, where the tests run); fails when it cannot be opened. */
+struct kk_model *testutil_open_default_model(void);
+
+/* Decodes from the prompt `text` on backend b with draws at temperature
+ * 0.8 and top-p 0.9 three ways from one seed — kk_sample from each step's
+ * logits, kk_session_eval_sample (on a GPU, the draw made where the logits
+ * are), and kk_generate — and fails unless all three give the same tokens,
+ * and the logits are gone after a sampled evaluation. */
+void testutil_check_sampled_draws(struct kk_model *m, enum kk_backend b,
+                                  const char *text);
+
 /* Runs a shell command line made like printf's; its exit status (-1 when
  * it did not exit). */
 int testutil_sh(const char *fmt, ...) __attribute__((format(printf, 1, 2)));

@@ -1,0 +1,318 @@
+/* sample.comp — a draw from each row's top-p nucleus at a temperature,
+ * made where the logits are, so that sampled decoding on a GPU reads back
+ * one token a row instead of a vocabulary of floats (contract in
+ * engine/vulkan/vk_shaders.h). The distribution is engine/sample.c's:
+ * weights e^((x - max) / T), 0 below e^-87.3; the smallest set of the
+ * most likely tokens (ties to the lower id) whose mass reaches top_p, at
+ * least one; a draw from it by the inverse of its distribution in id
+ * order, with the host's uniform.
+ *
+ * Masses are fixed-point integers (units of 2^-40 of the largest weight,
+ * which is 1), so every sum is exact and the same in any order: a token's
+ * weight w counts as floor(w 2^40), and one below 2^-40 (a chance under
+ * 10^-12 of the top token's) is never drawn. The host's sums are
+ * floating-point, so a draw can differ from the host's only where the
+ * uniform falls within rounding of a boundary between two tokens.
+ *
+ * One workgroup a row, five sweeps over it:
+ *   1. the largest logit;
+ *   2. each weight into W (so that later sweeps see the same bits; a GPU
+ *      may compile the same expression differently in two places), and
+ *      the mass in each of 2048 bins of its rank (how far its bits are
+ *      below 1.0's: a larger weight has a smaller rank);
+ *   3, 4. the mass of the bin that the nucleus ends in, split into 1024
+ *      and then 512 finer bins, which gives the exact rank r* of the last
+ *      token kept and how many of the tokens of that rank are kept (the
+ *      lowest ids first);
+ *   5. per invocation, a chunk of consecutive ids: its kept mass, then a
+ *      scan over the chunks finds the one the draw lands in, and its
+ *      invocation walks it. */
+#version 450
+
+#extension GL_KHR_shader_subgroup_basic : require
+#extension GL_KHR_shader_subgroup_arithmetic : require
+#extension GL_EXT_shader_explicit_arithmetic_types_int64 : require
+#extension GL_EXT_shader_atomic_int64 : require
+#extension GL_EXT_control_flow_attributes : require
+
+#define SAMPLE_WG 1024u        /* vk_shaders.h's VK_SAMPLE_WORKGROUP */
+#define BINS 2048u             /* the first sweep's bins: rank >> 19 */
+#define ONE_BITS 0x3f800000u
+#define ALL_RANKS 0x40000000u  /* above every rank: top-p off */
+#define NONE 0xffffffffu
+#define LOADS 8u
+
+layout(local_size_x = 1024) in;
+
+layout(std430, binding = 0) readonly buffer XBuf { float x[]; };
+layout(std430, binding = 1) buffer WBuf { float w[]; };
+/* each row's uniform as 53 bits (lo word, hi word): the host's
+ * sample_uniform before the scaling by 2^-53 */
+layout(std430, binding = 2) readonly buffer UBuf { uint u[]; };
+layout(std430, binding = 3) writeonly buffer TokBuf { uint token[]; };
+
+layout(push_constant) uniform Push {
+    uint width, n_rows;
+    float temperature;
+    uint top_p32;   /* top_p 2^32, floored; keep_all: top-p off */
+    uint keep_all;
+} pc;
+
+shared uint64_t bins[BINS];
+shared uint64_t part[SAMPLE_WG];
+shared float sg_max[SAMPLE_WG / 8u];
+shared uint chosen;
+shared uint64_t chosen_above;
+
+/* LOADS values an invocation, SAMPLE_WG apart from i0, all loaded before
+ * any is used (a loop of one load at a time waits for each: the argmax's
+ * first form, one workgroup a row, took ~50 us on the H200). Past the
+ * row's end: -inf logits, weights 0. */
+void logits_at(uint base, uint i0, out float v[LOADS])
+{
+    [[unroll]] for (uint k = 0u; k < LOADS; k++) {
+        const uint i = i0 + k * SAMPLE_WG;
+        v[k] = i < pc.width ? x[base + i] : uintBitsToFloat(0xff800000u);
+    }
+}
+
+void weights_at(uint base, uint i0, out float v[LOADS])
+{
+    [[unroll]] for (uint k = 0u; k < LOADS; k++) {
+        const uint i = i0 + k * SAMPLE_WG;
+        v[k] = i < pc.width ? w[base + i] : 0.0;
+    }
+}
+
+/* Weights i .. i + LOADS - 1 (0 from i1 on). */
+void chunk_at(uint base, uint i, uint i1, out float v[LOADS])
+{
+    [[unroll]] for (uint k = 0u; k < LOADS; k++)
+        v[k] = i + k < i1 ? w[base + i + k] : 0.0;
+}
+
+/* How far w (in (0, 1]) is below 1, in units of its float's last bit. */
+uint rank_of(float v)
+{
+    return ONE_BITS - min(floatBitsToUint(v), ONE_BITS);
+}
+
+uint64_t fixed_of(float v)
+{
+    return uint64_t(v * 1099511627776.0);   /* 2^40 */
+}
+
+float row_max(uint base, uint lane)
+{
+    float m = uintBitsToFloat(0xff800000u);   /* -inf */
+    for (uint i0 = lane; i0 < pc.width; i0 += SAMPLE_WG * LOADS) {
+        float v[LOADS];
+        logits_at(base, i0, v);
+        [[unroll]] for (uint k = 0u; k < LOADS; k++)
+            if (v[k] > m)   /* never a NaN */
+                m = v[k];
+    }
+    m = subgroupMax(m);
+    if (subgroupElect())
+        sg_max[gl_SubgroupID] = m;
+    barrier();
+    for (uint s = 0u; s < gl_NumSubgroups; s++)
+        m = max(m, sg_max[s]);
+    return m;
+}
+
+/* part[] becomes its inclusive prefix sums (all invocations take part). */
+void scan_parts(uint lane)
+{
+    barrier();
+    for (uint off = 1u; off < SAMPLE_WG; off <<= 1u) {
+        uint64_t v = part[lane];
+        if (lane >= off)
+            v += part[lane - off];
+        barrier();
+        part[lane] = v;
+        barrier();
+    }
+}
+
+void clear_bins(uint lane)
+{
+    for (uint b = lane; b < BINS; b += SAMPLE_WG)
+        bins[b] = 0ul;
+    barrier();
+}
+
+/* The first of n bins (after `above` of mass before them) where the mass
+ * so far reaches target, among bins that hold any; chosen_above gets the
+ * mass before it. Each invocation sums n / SAMPLE_WG bins (at least one,
+ * the rest none). Returns the total mass of the bins. */
+uint64_t choose_bin(uint lane, uint n, uint64_t above, uint64_t target,
+                    bool total_only)
+{
+    const uint per = max(n / SAMPLE_WG, 1u), b0 = lane * per;
+    uint64_t mine = 0ul;
+    for (uint b = b0; b < b0 + per && b < n; b++)
+        mine += bins[b];
+    part[lane] = mine;
+    if (lane == 0u)
+        chosen = NONE;
+    scan_parts(lane);
+    const uint64_t total = part[SAMPLE_WG - 1u];
+    if (total_only)
+        return total;
+    uint64_t cum = above + part[lane] - mine;
+    for (uint b = b0; b < b0 + per && b < n; b++) {
+        const uint64_t m = bins[b];
+        if (m > 0ul && cum + m >= target) {
+            atomicMin(chosen, b);
+            break;
+        }
+        cum += m;
+    }
+    barrier();
+    /* the invocation that holds the chosen bin knows the mass before it */
+    cum = above + part[lane] - mine;
+    for (uint b = b0; b < b0 + per && b < n; b++) {
+        if (b == chosen)
+            chosen_above = cum;
+        cum += bins[b];
+    }
+    barrier();
+    return total;
+}
+
+/* floor(a b / 2^shift) for a < 2^58, b < 2^53, shift 53; or b < 2^32,
+ * shift 32: the product's high bits without 128-bit integers. */
+uint64_t mul_high(uint64_t a, uint64_t b, uint shift)
+{
+    const uint64_t ah = a >> 32u, al = a & 0xfffffffful;
+    const uint64_t bh = b >> 32u, bl = b & 0xfffffffful;
+    const uint64_t lo = al * bl;
+    const uint64_t mid = ah * bl + al * bh + (lo >> 32u);
+    return ((ah * bh) << (64u - shift)) + (mid >> (shift - 32u));
+}
+
+void main()
+{
+    const uint row = gl_WorkGroupID.x, lane = gl_LocalInvocationIndex;
+    const uint n = pc.width, base = row * n;
+
+    /* 1, 2: weights and the first bins */
+    const float m = row_max(base, lane);
+    clear_bins(lane);
+    const bool any = m > uintBitsToFloat(0xff800000u) &&
+                     m < uintBitsToFloat(0x7f800000u);
+    for (uint i0 = lane; i0 < n; i0 += SAMPLE_WG * LOADS) {
+        float l[LOADS];
+        logits_at(base, i0, l);
+        [[unroll]] for (uint k = 0u; k < LOADS; k++) {
+            const uint i = i0 + k * SAMPLE_WG;
+            const float z = (l[k] - m) / pc.temperature;
+            const float v = any && z >= -87.3 ? min(exp(z), 1.0) : 0.0;
+            const uint64_t f = fixed_of(v);
+            if (i < n)
+                w[base + i] = v;
+            if (f > 0ul)
+                atomicAdd(bins[rank_of(v) >> 19u], f);
+        }
+    }
+    memoryBarrierBuffer();
+    barrier();
+
+    /* 3, 4: the nucleus' last rank, from three levels of bins */
+    uint64_t target = 0ul, above = 0ul, kept = 0ul, v_last = 0ul, ties = 0ul;
+    uint r_last = ALL_RANKS;
+    const uint64_t total = choose_bin(lane, BINS, 0ul, 0ul, true);
+    if (pc.keep_all == 0u && total > 0ul) {
+        target = mul_high(total, uint64_t(pc.top_p32), 32u);
+        choose_bin(lane, BINS, 0ul, target, false);
+        const uint b1 = chosen;
+        above = chosen_above;
+        clear_bins(lane);
+        for (uint i0 = lane; i0 < n; i0 += SAMPLE_WG * LOADS) {
+            float v[LOADS];
+            weights_at(base, i0, v);
+            [[unroll]] for (uint k = 0u; k < LOADS; k++) {
+                const uint r = rank_of(v[k]);
+                const uint64_t f = fixed_of(v[k]);
+                if (f > 0ul && (r >> 19u) == b1)
+                    atomicAdd(bins[(r >> 9u) & 1023u], f);
+            }
+        }
+        barrier();
+        choose_bin(lane, 1024u, above, target, false);
+        const uint b2 = b1 << 10u | chosen;
+        above = chosen_above;
+        clear_bins(lane);
+        for (uint i0 = lane; i0 < n; i0 += SAMPLE_WG * LOADS) {
+            float v[LOADS];
+            weights_at(base, i0, v);
+            [[unroll]] for (uint k = 0u; k < LOADS; k++) {
+                const uint r = rank_of(v[k]);
+                const uint64_t f = fixed_of(v[k]);
+                if (f > 0ul && (r >> 9u) == b2)
+                    atomicAdd(bins[r & 511u], f);
+            }
+        }
+        barrier();
+        choose_bin(lane, 512u, above, target, false);
+        r_last = b2 << 9u | chosen;
+        above = chosen_above;
+        v_last = fixed_of(uintBitsToFloat(ONE_BITS - r_last));
+        ties = target > above ? (target - above + v_last - 1ul) / v_last : 1ul;
+        kept = above + ties * v_last;
+    } else {
+        kept = total;
+    }
+
+    /* 5: the draw, chunk by chunk in id order */
+    const uint chunk = (n + SAMPLE_WG - 1u) / SAMPLE_WG;
+    const uint i0 = min(lane * chunk, n), i1 = min(i0 + chunk, n);
+    uint64_t mass = 0ul;
+    uint n_ties = 0u;
+    for (uint i = i0; i < i1; i += LOADS) {
+        float v[LOADS];
+        chunk_at(base, i, i1, v);
+        [[unroll]] for (uint k = 0u; k < LOADS; k++) {
+            const uint r = rank_of(v[k]);
+            const uint64_t f = fixed_of(v[k]);
+            if (f > 0ul && r < r_last)
+                mass += f;
+            n_ties += f > 0ul && r == r_last ? 1u : 0u;
+        }
+    }
+    part[lane] = uint64_t(n_ties);
+    scan_parts(lane);
+    const uint64_t ties_before = part[lane] - uint64_t(n_ties);
+    const uint64_t ties_here =
+        ties > ties_before ? min(ties - ties_before, uint64_t(n_ties)) : 0ul;
+    mass += ties_here * v_last;
+    barrier();
+    part[lane] = mass;
+    if (lane == 0u)
+        chosen = NONE;
+    scan_parts(lane);
+    const uint64_t u53 = uint64_t(u[2u * row]) | uint64_t(u[2u * row + 1u]) << 32u;
+    const uint64_t at = mul_high(kept, u53, 53u);   /* < kept */
+    uint64_t cum = part[lane] - mass;
+    if (mass > 0ul && cum <= at && at < cum + mass) {
+        uint64_t tie = ties_before;
+        for (uint i = i0; i < i1; i++) {
+            const float v = w[base + i];
+            const uint r = rank_of(v);
+            const uint64_t f = fixed_of(v);
+            const bool is_kept =
+                f > 0ul && (r < r_last || (r == r_last && tie++ < ties));
+            if (is_kept) {
+                cum += f;
+                if (cum > at) {
+                    chosen = i;
+                    break;
+                }
+            }
+        }
+    }
+    barrier();
+    if (lane == 0u)
+        token[row] = chosen == NONE ? 0u : chosen;
+}
