@@ -304,12 +304,12 @@ static void make_heads_pipelines(struct vk_backend *be, bool rowwise)
         vk_pipeline_free(be->dev, forms[i].out);
 }
 
-/* sample where the device takes it (vk_device_has_int64_atomics); a
+/* sample where the device takes it (vk_device_has_int64); a
  * speed-up, not a need: without it the host draws from the logits. */
 static void make_sample_pipeline(struct vk_backend *be)
 {
     struct kk_error ignored;
-    be->has_sample = vk_device_has_int64_atomics(be->dev) &&
+    be->has_sample = vk_device_has_int64(be->dev) &&
                      !make_pipeline(be, "sample", 4,
                                     sizeof(struct vk_push_sample),
                                     &be->sample, &ignored);

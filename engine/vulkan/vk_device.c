@@ -159,7 +159,7 @@ struct vk_device {
     bool has_clustered;             /* struct device_facts */
     bool has_shuffle;               /* struct device_facts */
     bool has_int8_mma;              /* offers_int8_mma, and enabled */
-    bool has_int64_atomics;         /* offers_int64_atomics, and enabled */
+    bool has_int64;                 /* offers_int64, and enabled */
     enum int_dot int_dot;           /* how packed int8 dot products are on */
     VkPhysicalDeviceMemoryProperties mem_props;
     VkDevice device;
@@ -740,25 +740,15 @@ static bool offers_int8_mma(const struct vk_device *d,
 }
 
 /* Whether the sample shader can run on d's chosen device: 64-bit
- * integers, their atomic adds in shared memory (Vulkan 1.2's
- * shaderSharedInt64Atomics), and workgroups of VK_SAMPLE_WORKGROUP. */
-static bool offers_int64_atomics(const struct vk_device *d)
+ * integers (shaderInt64) and workgroups of VK_SAMPLE_WORKGROUP. */
+static bool offers_int64(const struct vk_device *d)
 {
-    if (!d->fn.vkGetPhysicalDeviceFeatures2 ||
-        d->props.apiVersion < VK_API_VERSION_1_2 ||
-        d->instance_api < VK_API_VERSION_1_2 ||
-        d->props.limits.maxComputeWorkGroupInvocations < VK_SAMPLE_WORKGROUP ||
-        d->props.limits.maxComputeWorkGroupSize[0] < VK_SAMPLE_WORKGROUP)
-        return false;
-    VkPhysicalDeviceVulkan12Features features12 = {
-        .sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_VULKAN_1_2_FEATURES,
-    };
-    VkPhysicalDeviceFeatures2 has = {
-        .sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_FEATURES_2,
-        .pNext = &features12,
-    };
-    d->fn.vkGetPhysicalDeviceFeatures2(d->phys, &has);
-    return has.features.shaderInt64 && features12.shaderSharedInt64Atomics;
+    VkPhysicalDeviceFeatures features;
+    d->fn.vkGetPhysicalDeviceFeatures(d->phys, &features);
+    return features.shaderInt64 &&
+           d->props.limits.maxComputeWorkGroupInvocations >=
+               VK_SAMPLE_WORKGROUP &&
+           d->props.limits.maxComputeWorkGroupSize[0] >= VK_SAMPLE_WORKGROUP;
 }
 
 /* Whether the matmul_qx forms can run on d's chosen device, and how to
@@ -810,12 +800,7 @@ static int device_create(struct vk_device *d, struct kk_error *err)
     d->has_int8_mma = !(mma_env && !strcmp(mma_env, "0")) &&
                       offers_int8_mma(d, &features12, &coop);
     d->int_dot = int_dot_support(d);
-    d->has_int64_atomics = offers_int64_atomics(d);
-    if (!d->has_int8_mma)
-        features12 = (VkPhysicalDeviceVulkan12Features){
-            .sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_VULKAN_1_2_FEATURES,
-        };
-    features12.shaderSharedInt64Atomics = d->has_int64_atomics;
+    d->has_int64 = offers_int64(d);
     const char *extensions[4] = {VK_KHR_PUSH_DESCRIPTOR_EXTENSION_NAME};
     uint32_t n_extensions = 1;
     VkPhysicalDeviceShaderIntegerDotProductFeatures dot = {
@@ -827,12 +812,10 @@ static int device_create(struct vk_device *d, struct kk_error *err)
         .sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_PIPELINE_EXECUTABLE_PROPERTIES_FEATURES_KHR,
         .pipelineExecutableInfo = VK_TRUE,
     };
-    /* chain: ci -> [exec] -> [dot] -> [features12 -> [coop]] */
+    /* chain: ci -> [exec] -> [dot] -> [features12 -> coop] */
     const void *chain = NULL;
     if (d->has_int8_mma) {
         extensions[n_extensions++] = VK_NV_COOPERATIVE_MATRIX_EXTENSION_NAME;
-        chain = &features12;
-    } else if (d->has_int64_atomics) {
         chain = &features12;
     }
     if (d->int_dot != INT_DOT_NONE) {
@@ -850,7 +833,7 @@ static int device_create(struct vk_device *d, struct kk_error *err)
     }
     VkPhysicalDeviceFeatures features = {
         .shaderStorageBufferArrayDynamicIndexing = VK_TRUE,
-        .shaderInt64 = d->has_int64_atomics,
+        .shaderInt64 = d->has_int64,
     };
     VkDeviceCreateInfo ci = {
         .sType = VK_STRUCTURE_TYPE_DEVICE_CREATE_INFO,
@@ -1505,9 +1488,9 @@ bool vk_device_has_int8_mma(const struct vk_device *d)
     return d->has_int8_mma;
 }
 
-bool vk_device_has_int64_atomics(const struct vk_device *d)
+bool vk_device_has_int64(const struct vk_device *d)
 {
-    return d->has_int64_atomics;
+    return d->has_int64;
 }
 
 uint32_t vk_device_max_groups_x(const struct vk_device *d)

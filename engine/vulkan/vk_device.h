@@ -154,10 +154,10 @@ bool vk_device_has_int8_mma(const struct vk_device *d);
  * has it), subgroup shuffles, and subgroups of one width, a multiple of 8.
  * (The backend decides whether they do: KAKEYA_VK_QX.) */
 bool vk_device_has_int_dot(const struct vk_device *d);
-/* Whether the sample shader can run: 64-bit integers and their atomic
- * adds in shared memory (shaderInt64, shaderSharedInt64Atomics; enabled
- * at open where the device has them), workgroups of VK_SAMPLE_WORKGROUP. */
-bool vk_device_has_int64_atomics(const struct vk_device *d);
+/* Whether the sample shader can run: 64-bit integers (shaderInt64,
+ * enabled at open where the device has it) and workgroups of
+ * VK_SAMPLE_WORKGROUP invocations. */
+bool vk_device_has_int64(const struct vk_device *d);
 /* The limits a caller sizes dispatches by. */
 uint32_t vk_device_max_groups_x(const struct vk_device *d);
 uint64_t vk_device_max_buffer_range(const struct vk_device *d);

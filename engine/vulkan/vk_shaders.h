@@ -426,7 +426,7 @@ int32_t vk_argmax_choose(const uint32_t *pairs, uint32_t groups);
  * falls within rounding of a boundary between two tokens' shares. A row
  * with no finite logit draws 0. TOKEN[r] = row r's draw; W (as large as
  * X) is the shader's scratch. One workgroup of VK_SAMPLE_WORKGROUP a row
- * (needs vk_device_has_int64_atomics).
+ * (needs vk_device_has_int64).
  * bindings: 0 X (float), 1 W (float), 2 U (uint: row r's 53 uniform bits
  * at words 2r, low, and 2r + 1, high), 3 TOKEN (uint).
  * grid: (n_rows, 1, 1). */
