@@ -177,8 +177,10 @@ uint64_t choose_bin(uint lane, uint n, uint64_t above, uint64_t target,
         chosen = NONE;
     scan_parts(lane);
     const uint64_t total = part[SAMPLE_WG - 1u];
-    if (total_only)
+    if (total_only) {
+        barrier();   /* all have read it before anyone writes part again */
         return total;
+    }
     uint64_t cum = above + part[lane] - mine;
     for (uint b = b0; b < b0 + per && b < n; b++) {
         const uint64_t m = bin_mass(b);
