@@ -114,9 +114,9 @@ const int32_t *be_read_argmax(struct backend *be, const struct be_tensor *t,
     return be->ops->read_argmax(be, t, rows);
 }
 
-bool be_draws_samples(const struct backend *be)
+bool be_draws_samples(const struct backend *be, int64_t width)
 {
-    return be->ops->read_sample && be->ops->draws_samples(be);
+    return be->ops->read_sample && be->ops->draws_samples(be, width);
 }
 
 const int32_t *be_read_sample(struct backend *be, const struct be_tensor *t,

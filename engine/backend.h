@@ -117,10 +117,10 @@ struct be_draw {
     float temperature, top_p;
     const uint64_t *u53;   /* one a row */
 };
-/* Whether the backend draws where the rows are (be_read_sample). Where it
- * does not (the CPU, whose rows are host memory already), the caller reads
- * the rows and draws on the host. */
-bool be_draws_samples(const struct backend *be);
+/* Whether the backend draws from rows of `width` where they are
+ * (be_read_sample). Where it does not (the CPU, whose rows are host memory
+ * already), the caller reads the rows and draws on the host. */
+bool be_draws_samples(const struct backend *be, int64_t width);
 /* Instead of the rows, a draw from each, valid and owned as
  * be_read_argmax's choices: the token that sample_probs and sample_pick
  * give with the same uniform, except where it falls within rounding of a

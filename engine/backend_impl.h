@@ -41,7 +41,7 @@ struct backend_ops {
     const int32_t *(*read_argmax)(struct backend *be,
                                   const struct be_tensor *t, int rows);
     /* NULL where the backend draws no samples (the host does) */
-    bool (*draws_samples)(const struct backend *be);
+    bool (*draws_samples)(const struct backend *be, int64_t width);
     const int32_t *(*read_sample)(struct backend *be,
                                   const struct be_tensor *t, int rows,
                                   const struct be_draw *draw);

@@ -65,7 +65,7 @@ int forward_new(const struct model *m, struct backend *be, int max_batch,
         }
     }
     f->pos = malloc((size_t)max_batch * sizeof(int32_t));
-    const bool host_draws = !be_draws_samples(be);
+    const bool host_draws = !be_draws_samples(be, hp->n_vocab);
     if (host_draws) {
         f->drawn = malloc((size_t)max_batch * sizeof(int32_t));
         f->probs = malloc((size_t)hp->n_vocab * sizeof(float));
@@ -219,7 +219,8 @@ static void read_rows(struct forward *f, int n_out, enum forward_out out,
     f->tokens_host = NULL;
     if (out == FORWARD_ARGMAX)
         f->tokens_host = be_read_argmax(f->be, f->logits, n_out);
-    else if (out == FORWARD_SAMPLE && be_draws_samples(f->be))
+    else if (out == FORWARD_SAMPLE &&
+             be_draws_samples(f->be, f->m->hp.n_vocab))
         f->tokens_host = be_read_sample(f->be, f->logits, n_out, draw);
     else
         f->logits_host = be_read(f->be, f->logits, n_out);

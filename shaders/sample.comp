@@ -18,10 +18,10 @@
  *   1. the largest logit;
  *   2. each weight into W (so that later sweeps see the same bits; a GPU
  *      may compile the same expression differently in two places), and
- *      the mass in each of 2048 bins of its rank (how far its bits are
- *      below 1.0's: a larger weight has a smaller rank);
+ *      the mass in each of 1024 bins of its rank (how far its bits are
+ *      below 1.0's: a larger weight has a smaller rank; 30 bits);
  *   3, 4. the mass of the bin that the nucleus ends in, split into 1024
- *      and then 512 finer bins, which gives the exact rank r* of the last
+ *      finer bins, then again, which gives the exact rank r* of the last
  *      token kept and how many of the tokens of that rank are kept (the
  *      lowest ids first);
  *   5. per invocation, a chunk of consecutive ids: its kept mass, then a
@@ -35,7 +35,8 @@
 #extension GL_EXT_control_flow_attributes : require
 
 #define SAMPLE_WG 1024u        /* vk_shaders.h's VK_SAMPLE_WORKGROUP */
-#define BINS 2048u             /* the first sweep's bins: rank >> 19 */
+#define BINS 1024u             /* bins a level: rank >> 20, then 10 bits
+                                  and 10 bits more */
 #define ONE_BITS 0x3f800000u
 #define ALL_RANKS 0x40000000u  /* above every rank: top-p off */
 #define NONE 0xffffffffu
@@ -57,8 +58,8 @@ layout(push_constant) uniform Push {
     uint keep_all;
 } pc;
 
-/* a bin's mass: lo + 2^32 hi, added with 32-bit atomics (bin_add) */
-shared uint bins_lo[BINS], bins_hi[BINS];
+/* a bin's mass in three limbs of 14 bits (bin_add) */
+shared uint bins0[BINS], bins1[BINS], bins2[BINS];
 shared uint64_t part[SAMPLE_WG];
 shared float sg_max[SAMPLE_WG / 8u];
 shared uint chosen;
@@ -138,27 +139,33 @@ void scan_parts(uint lane)
 void clear_bins(uint lane)
 {
     for (uint b = lane; b < BINS; b += SAMPLE_WG) {
-        bins_lo[b] = 0u;
-        bins_hi[b] = 0u;
+        bins0[b] = 0u;
+        bins1[b] = 0u;
+        bins2[b] = 0u;
     }
     barrier();
 }
 
-/* Adds f to bin b exactly, in any order: the low word's add carries into
- * the high word when it wraps. (64-bit atomic adds in shared memory cost
+/* Adds f (at most 2^40) to bin b exactly, in any order: each 14-bit limb
+ * into its own 32-bit sum, which holds VK_SAMPLE_MAX_WIDTH = 2^18 limbs
+ * of 2^14 - 1 without wrapping. (64-bit atomic adds in shared memory cost
  * the H200 184 of this shader's 244 us a row of 128k: emulated, it
- * seems; 32-bit ones are the hardware's.) */
+ * seems; 32-bit ones are the hardware's, and with their results unused,
+ * fire and forget.) */
 void bin_add(uint b, uint64_t f)
 {
-    const uint lo = uint(f), old = atomicAdd(bins_lo[b], lo);
-    const uint hi = uint(f >> 32u) + (old + lo < old ? 1u : 0u);
-    if (hi != 0u)
-        atomicAdd(bins_hi[b], hi);
+    const uint lo = uint(f);
+    atomicAdd(bins0[b], lo & 0x3fffu);
+    if (f >= 0x4000ul)
+        atomicAdd(bins1[b], (lo >> 14u) & 0x3fffu);
+    if (f >= 0x10000000ul)
+        atomicAdd(bins2[b], uint(f >> 28u));
 }
 
 uint64_t bin_mass(uint b)
 {
-    return uint64_t(bins_hi[b]) << 32u | uint64_t(bins_lo[b]);
+    return uint64_t(bins0[b]) + (uint64_t(bins1[b]) << 14u) +
+           (uint64_t(bins2[b]) << 28u);
 }
 
 /* The first of n bins (after `above` of mass before them) where the mass
@@ -234,7 +241,7 @@ void main()
             if (i < n)
                 w[base + i] = v;
             if (f > 0ul)
-                bin_add(rank_of(v) >> 19u, f);
+                bin_add(rank_of(v) >> 20u, f);
         }
     }
     memoryBarrierBuffer();
@@ -256,12 +263,12 @@ void main()
             [[unroll]] for (uint k = 0u; k < LOADS; k++) {
                 const uint r = rank_of(v[k]);
                 const uint64_t f = fixed_of(v[k]);
-                if (f > 0ul && (r >> 19u) == b1)
-                    bin_add((r >> 9u) & 1023u, f);
+                if (f > 0ul && (r >> 20u) == b1)
+                    bin_add((r >> 10u) & 1023u, f);
             }
         }
         barrier();
-        choose_bin(lane, 1024u, above, target, false);
+        choose_bin(lane, BINS, above, target, false);
         const uint b2 = b1 << 10u | chosen;
         above = chosen_above;
         clear_bins(lane);
@@ -271,13 +278,13 @@ void main()
             [[unroll]] for (uint k = 0u; k < LOADS; k++) {
                 const uint r = rank_of(v[k]);
                 const uint64_t f = fixed_of(v[k]);
-                if (f > 0ul && (r >> 9u) == b2)
-                    bin_add(r & 511u, f);
+                if (f > 0ul && (r >> 10u) == b2)
+                    bin_add(r & 1023u, f);
             }
         }
         barrier();
-        choose_bin(lane, 512u, above, target, false);
-        r_last = b2 << 9u | chosen;
+        choose_bin(lane, BINS, above, target, false);
+        r_last = b2 << 10u | chosen;
         above = chosen_above;
         v_last = fixed_of(uintBitsToFloat(ONE_BITS - r_last));
         ties = target > above ? (target - above + v_last - 1ul) / v_last : 1ul;

@@ -795,9 +795,10 @@ static const int32_t *vkb_read_argmax(struct backend *base,
     return be->ids;
 }
 
-static bool vkb_draws_samples(const struct backend *base)
+static bool vkb_draws_samples(const struct backend *base, int64_t width)
 {
-    return ((const struct vk_backend *)base)->has_sample;
+    return ((const struct vk_backend *)base)->has_sample &&
+           width <= VK_SAMPLE_MAX_WIDTH;
 }
 
 /* Each row's draw, made where the logits are (sample.comp): four bytes a

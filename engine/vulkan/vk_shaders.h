@@ -426,11 +426,12 @@ int32_t vk_argmax_choose(const uint32_t *pairs, uint32_t groups);
  * falls within rounding of a boundary between two tokens' shares. A row
  * with no finite logit draws 0. TOKEN[r] = row r's draw; W (as large as
  * X) is the shader's scratch. One workgroup of VK_SAMPLE_WORKGROUP a row
- * (needs vk_device_has_int64).
+ * (needs vk_device_has_int64), rows of at most VK_SAMPLE_MAX_WIDTH.
  * bindings: 0 X (float), 1 W (float), 2 U (uint: row r's 53 uniform bits
  * at words 2r, low, and 2r + 1, high), 3 TOKEN (uint).
  * grid: (n_rows, 1, 1). */
 #define VK_SAMPLE_WORKGROUP 1024
+#define VK_SAMPLE_MAX_WIDTH (1 << 18)
 struct vk_push_sample {
     uint32_t width, n_rows;
     float temperature;
