@@ -14,17 +14,17 @@
  * floating-point, so a draw can differ from the host's only where the
  * uniform falls within rounding of a boundary between two tokens.
  *
- * One workgroup a row, five sweeps over it:
+ * One workgroup a row, six sweeps over it:
  *   1. the largest logit;
- *   2. each weight into W (so that later sweeps see the same bits; a GPU
- *      may compile the same expression differently in two places), and
- *      the mass in each of 1024 bins of its rank (how far its bits are
- *      below 1.0's: a larger weight has a smaller rank; 30 bits);
- *   3, 4. the mass of the bin that the nucleus ends in, split into 1024
+ *   2. each weight into W, so that later sweeps see the same bits (a GPU
+ *      may compile the same expression differently in two places);
+ *   3. the mass in each of 1024 bins of a weight's rank (how far its bits
+ *      are below 1.0's: a larger weight has a smaller rank; 30 bits);
+ *   4, 5. the mass of the bin that the nucleus ends in, split into 1024
  *      finer bins, then again, which gives the exact rank r* of the last
  *      token kept and how many of the tokens of that rank are kept (the
  *      lowest ids first);
- *   5. per invocation, a chunk of consecutive ids: its kept mass, then a
+ *   6. per invocation, a chunk of consecutive ids: its kept mass, then a
  *      scan over the chunks finds the one the draw lands in, and its
  *      invocation walks it. */
 #version 450
@@ -45,7 +45,8 @@
 layout(local_size_x = 1024) in;
 
 layout(std430, binding = 0) readonly buffer XBuf { float x[]; };
-layout(std430, binding = 1) buffer WBuf { float w[]; };
+/* coherent: the last sweep reads weights other invocations wrote */
+layout(std430, binding = 1) coherent buffer WBuf { float w[]; };
 /* each row's uniform as 53 bits (lo word, hi word): the host's
  * sample_uniform before the scaling by 2^-53 */
 layout(std430, binding = 2) readonly buffer UBuf { uint u[]; };
@@ -225,7 +226,7 @@ void main()
     const uint row = gl_WorkGroupID.x, lane = gl_LocalInvocationIndex;
     const uint n = pc.width, base = row * n;
 
-    /* 1, 2: weights and the first bins */
+    /* 1, 2, 3: the weights and the first bins */
     const float m = row_max(base, lane);
     clear_bins(lane);
     const bool any = m > uintBitsToFloat(0xff800000u) &&
@@ -237,17 +238,27 @@ void main()
             const uint i = i0 + k * SAMPLE_WG;
             const float z = (l[k] - m) / pc.temperature;
             const float v = any && z >= -87.3 ? min(exp(z), 1.0) : 0.0;
-            const uint64_t f = fixed_of(v);
             if (i < n)
                 w[base + i] = v;
-            if (f > 0ul)
-                bin_add(rank_of(v) >> 20u, f);
         }
     }
     memoryBarrierBuffer();
     barrier();
+    /* binned from the stored bits, as every later sweep sees them (the
+     * value in a register might have been computed twice, differently) */
+    for (uint i0 = lane; i0 < n; i0 += SAMPLE_WG * LOADS) {
+        float v[LOADS];
+        weights_at(base, i0, v);
+        [[unroll]] for (uint k = 0u; k < LOADS; k++) {
+            const uint64_t f = fixed_of(v[k]);
+            if (f > 0ul)
+                bin_add(rank_of(v[k]) >> 20u, f);
+        }
+    }
+    memoryBarrierShared();
+    barrier();
 
-    /* 3, 4: the nucleus' last rank, from three levels of bins */
+    /* 4, 5: the nucleus' last rank, from three levels of bins */
     uint64_t target = 0ul, above = 0ul, kept = 0ul, v_last = 0ul, ties = 0ul;
     uint r_last = ALL_RANKS;
     const uint64_t total = choose_bin(lane, BINS, 0ul, 0ul, true);
@@ -267,6 +278,7 @@ void main()
                     bin_add((r >> 10u) & 1023u, f);
             }
         }
+        memoryBarrierShared();
         barrier();
         choose_bin(lane, BINS, above, target, false);
         const uint b2 = b1 << 10u | chosen;
@@ -282,6 +294,7 @@ void main()
                     bin_add(r & 1023u, f);
             }
         }
+        memoryBarrierShared();
         barrier();
         choose_bin(lane, BINS, above, target, false);
         r_last = b2 << 10u | chosen;
@@ -293,7 +306,7 @@ void main()
         kept = total;
     }
 
-    /* 5: the draw, chunk by chunk in id order */
+    /* 6: the draw, chunk by chunk in id order */
     const uint chunk = (n + SAMPLE_WG - 1u) / SAMPLE_WG;
     const uint i0 = min(lane * chunk, n), i1 = min(i0 + chunk, n);
     uint64_t mass = 0ul;
