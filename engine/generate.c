@@ -134,14 +134,13 @@ static int propose(struct generation *g, int L, struct kk_error *err)
 
 /* ---- verifying ---- */
 
-/* What an evaluation asks of the target's rows when the last of them is
- * all that matters (or none of the first ones needs its distribution):
- * greedy decoding needs only each row's argmax, sampling a draw from the
- * last row — both made where the logits are on a GPU, so that one int a
- * row comes back instead of a vocabulary of floats. A verify block's
- * other rows need their distributions, so it takes the logits. The draw's
- * uniform is the one target_token would take, at the same point in the
- * generator's sequence; `draw` keeps it. */
+/* What an evaluation asks of the target's rows: greedy decoding needs only
+ * each row's argmax, a sampled step that verifies no drafts only a draw
+ * from its one row — on a GPU both can be made where the logits are, so
+ * that one int a row comes back instead of a vocabulary of floats.
+ * Verifying drafts by sampling needs each row's distribution: the logits.
+ * The draw's uniform is the one target_token would have taken, at the
+ * same point in the generator's sequence; `draw` keeps it. */
 static enum forward_out rows_wanted(struct generation *g, int n_drafts,
                                     struct be_draw *draw, uint64_t *u53)
 {

@@ -220,20 +220,32 @@ static void draw_tokens(struct kk_session *s, const int32_t *prompt, int n,
     free(scratch);
 }
 
-void testutil_check_sampled_draws(struct kk_model *m, enum kk_backend b,
-                                  const char *text)
+/* A session on backend b for the prompt `text`: its ids into prompt (256
+ * at most, all of them one batch), their count into *n. */
+static struct kk_session *prompt_session(struct kk_model *m, enum kk_backend b,
+                                         const char *text, int32_t *prompt,
+                                         int *n)
 {
-    int32_t prompt[256];
-    const int n = testutil_prompt(m, text, prompt);
-    assert_true(n > 1);
-    struct kk_model_info info;
-    kk_model_get_info(m, &info);
+    *n = testutil_prompt(m, text, prompt);
+    assert_true(*n > 1);
     struct kk_session_params sp = {.n_ctx = 512, .n_threads = 2,
-                                   .backend = b};
+                                   .max_batch = 256, .backend = b};
     struct kk_session *s;
     struct kk_error err = {{0}};
     if (kk_session_new(m, &sp, &s, &err))
         fail_msg("%s", err.msg);
+    return s;
+}
+
+void testutil_check_sampled_draws(struct kk_model *m, enum kk_backend b,
+                                  const char *text)
+{
+    int32_t prompt[256];
+    int n;
+    struct kk_session *s = prompt_session(m, b, text, prompt, &n);
+    struct kk_model_info info;
+    kk_model_get_info(m, &info);
+    struct kk_error err = {{0}};
     const struct kk_sampling p = {.temperature = 0.8f, .top_p = 0.9f,
                                   .seed = 11};
     int32_t host[DRAWS], in_pass[DRAWS], generated[DRAWS + 1] = {0};
@@ -256,16 +268,11 @@ void testutil_check_greedy_rows(struct kk_model *m, enum kk_backend b,
                                 const char *text)
 {
     int32_t prompt[256];
-    const int n = testutil_prompt(m, text, prompt);
-    assert_true(n > 1);
+    int n;
+    struct kk_session *s = prompt_session(m, b, text, prompt, &n);
     struct kk_model_info info;
     kk_model_get_info(m, &info);
-    struct kk_session_params sp = {.n_ctx = 512, .n_threads = 2,
-                                   .max_batch = n, .backend = b};
-    struct kk_session *s;
     struct kk_error err = {{0}};
-    if (kk_session_new(m, &sp, &s, &err))
-        fail_msg("%s", err.msg);
     int32_t *want = malloc((size_t)n * sizeof *want);
     float *scratch = malloc(2 * (size_t)info.n_vocab * sizeof *scratch);
     assert_non_null(want);
