@@ -35,8 +35,8 @@
 #extension GL_EXT_control_flow_attributes : require
 
 #define SAMPLE_WG 1024u        /* vk_shaders.h's VK_SAMPLE_WORKGROUP */
-#define BINS 1024u             /* bins a level: rank >> 20, then 10 bits
-                                  and 10 bits more */
+#define BINS 1024u             /* bins a level, one an invocation: rank
+                                  >> 20, then 10 bits and 10 bits more */
 #define ONE_BITS 0x3f800000u
 #define ALL_RANKS 0x40000000u  /* above every rank: top-p off */
 #define NONE 0xffffffffu
@@ -169,45 +169,33 @@ uint64_t bin_mass(uint b)
            (uint64_t(bins2[b]) << 28u);
 }
 
-/* The first of n bins (after `above` of mass before them) where the mass
- * so far reaches target, among bins that hold any; chosen_above gets the
- * mass before it. Each invocation sums n / SAMPLE_WG bins (at least one,
- * the rest none). Returns the total mass of the bins. */
-uint64_t choose_bin(uint lane, uint n, uint64_t above, uint64_t target,
-                    bool total_only)
+/* part[] becomes the bins' inclusive sums, a bin an invocation (BINS is
+ * SAMPLE_WG); returns their total. */
+uint64_t scan_bins(uint lane)
 {
-    const uint per = max(n / SAMPLE_WG, 1u), b0 = lane * per;
-    uint64_t mine = 0ul;
-    for (uint b = b0; b < b0 + per && b < n; b++)
-        mine += bin_mass(b);
-    part[lane] = mine;
+    part[lane] = bin_mass(lane);
     if (lane == 0u)
         chosen = NONE;
     scan_parts(lane);
     const uint64_t total = part[SAMPLE_WG - 1u];
-    if (total_only) {
-        barrier();   /* all have read it before anyone writes part again */
-        return total;
-    }
-    uint64_t cum = above + part[lane] - mine;
-    for (uint b = b0; b < b0 + per && b < n; b++) {
-        const uint64_t m = bin_mass(b);
-        if (m > 0ul && cum + m >= target) {
-            atomicMin(chosen, b);
-            break;
-        }
-        cum += m;
-    }
-    barrier();
-    /* the invocation that holds the chosen bin knows the mass before it */
-    cum = above + part[lane] - mine;
-    for (uint b = b0; b < b0 + per && b < n; b++) {
-        if (b == chosen)
-            chosen_above = cum;
-        cum += bin_mass(b);
-    }
-    barrier();
+    barrier();   /* all have read it before anyone writes part again */
     return total;
+}
+
+/* After scan_bins: the first bin (after `above` of mass before them) where
+ * the mass so far reaches target, among bins that hold any; chosen_above
+ * gets the mass before it. */
+uint choose_bin(uint lane, uint64_t above, uint64_t target)
+{
+    const uint64_t m = bin_mass(lane), before = above + part[lane] - m;
+    if (m > 0ul && before + m >= target)
+        atomicMin(chosen, lane);
+    barrier();
+    const uint b = chosen;
+    if (lane == b)
+        chosen_above = before;
+    barrier();
+    return b;
 }
 
 /* floor(a b / 2^shift) for a < 2^58, b < 2^53, shift 53; or b < 2^32,
@@ -261,11 +249,10 @@ void main()
     /* 4, 5: the nucleus' last rank, from three levels of bins */
     uint64_t target = 0ul, above = 0ul, kept = 0ul, v_last = 0ul, ties = 0ul;
     uint r_last = ALL_RANKS;
-    const uint64_t total = choose_bin(lane, BINS, 0ul, 0ul, true);
+    const uint64_t total = scan_bins(lane);
     if (pc.keep_all == 0u && total > 0ul) {
         target = mul_high(total, uint64_t(pc.top_p32), 32u);
-        choose_bin(lane, BINS, 0ul, target, false);
-        const uint b1 = chosen;
+        const uint b1 = choose_bin(lane, 0ul, target);
         above = chosen_above;
         clear_bins(lane);
         for (uint i0 = lane; i0 < n; i0 += SAMPLE_WG * LOADS) {
@@ -280,8 +267,8 @@ void main()
         }
         memoryBarrierShared();
         barrier();
-        choose_bin(lane, BINS, above, target, false);
-        const uint b2 = b1 << 10u | chosen;
+        scan_bins(lane);
+        const uint b2 = b1 << 10u | choose_bin(lane, above, target);
         above = chosen_above;
         clear_bins(lane);
         for (uint i0 = lane; i0 < n; i0 += SAMPLE_WG * LOADS) {
@@ -296,8 +283,8 @@ void main()
         }
         memoryBarrierShared();
         barrier();
-        choose_bin(lane, BINS, above, target, false);
-        r_last = b2 << 10u | chosen;
+        scan_bins(lane);
+        r_last = b2 << 10u | choose_bin(lane, above, target);
         above = chosen_above;
         v_last = fixed_of(uintBitsToFloat(ONE_BITS - r_last));
         ties = target > above ? (target - above + v_last - 1ul) / v_last : 1ul;
