@@ -14,17 +14,16 @@
  * floating-point, so a draw can differ from the host's only where the
  * uniform falls within rounding of a boundary between two tokens.
  *
- * One workgroup a row, six sweeps over it:
+ * One workgroup a row, five sweeps over it:
  *   1. the largest logit;
- *   2. each weight into W, so that later sweeps see the same bits (a GPU
- *      may compile the same expression differently in two places);
- *   3. the mass in each of 1024 bins of a weight's rank (how far its bits
+ *   2. each weight into W, so that later sweeps see the same bits, and
+ *      the mass in each of 1024 bins of a weight's rank (how far its bits
  *      are below 1.0's: a larger weight has a smaller rank; 30 bits);
- *   4, 5. the mass of the bin that the nucleus ends in, split into 1024
+ *   3, 4. the mass of the bin that the nucleus ends in, split into 1024
  *      finer bins, then again, which gives the exact rank r* of the last
  *      token kept and how many of the tokens of that rank are kept (the
  *      lowest ids first);
- *   6. per invocation, a chunk of consecutive ids: its kept mass, then a
+ *   5. per invocation, a chunk of consecutive ids: its kept mass, then a
  *      scan over the chunks finds the one the draw lands in, and its
  *      invocation walks it. */
 #version 450
@@ -99,9 +98,24 @@ uint rank_of(float v)
     return ONE_BITS - min(floatBitsToUint(v), ONE_BITS);
 }
 
+/* v (in [0, 1]) in units of 2^-40, floor(v 2^40), as two 32-bit
+ * pieces, floor(v 2^12) and the floor of its fraction times 2^28: both
+ * exact. (Not a float's conversion to 64 bits cut to 32: the H200's
+ * compiler turned such a cut of a conversion into a 32-bit conversion,
+ * which saturates at 2^32 - 1 — for weights from 2^-8 up — and bins
+ * summed that way came out half as large again as they are.) */
+void fixed_parts(float v, out uint high, out uint low)
+{
+    const float scaled = v * 4096.0;   /* 2^12 */
+    high = uint(scaled);
+    low = uint(fract(scaled) * 268435456.0);   /* 2^28 */
+}
+
 uint64_t fixed_of(float v)
 {
-    return uint64_t(v * 1099511627776.0);   /* 2^40 */
+    uint high, low;
+    fixed_parts(v, high, low);
+    return uint64_t(high) << 28u | uint64_t(low);
 }
 
 float row_max(uint base, uint lane)
@@ -147,20 +161,21 @@ void clear_bins(uint lane)
     barrier();
 }
 
-/* Adds f (at most 2^40) to bin b exactly, in any order: each 14-bit limb
- * into its own 32-bit sum, which holds VK_SAMPLE_MAX_WIDTH = 2^18 limbs
- * of 2^14 - 1 without wrapping. (64-bit atomic adds in shared memory cost
- * the H200 184 of this shader's 244 us a row of 128k: emulated, it
- * seems; 32-bit ones are the hardware's, and with their results unused,
- * fire and forget.) */
-void bin_add(uint b, uint64_t f)
+/* Adds weight v's mass, fixed_of(v), to bin b exactly, in any order:
+ * each 14-bit limb into its own 32-bit sum, which holds
+ * VK_SAMPLE_MAX_WIDTH = 2^18 limbs of 2^14 - 1 without wrapping. (64-bit
+ * atomic adds in shared memory cost the H200 184 of this shader's 244 us
+ * a row of 128k: emulated, it seems; 32-bit ones are the hardware's, and
+ * with their results unused, fire and forget.) */
+void bin_add(uint b, float v)
 {
-    const uint lo = uint(f);
-    atomicAdd(bins0[b], lo & 0x3fffu);
-    if (f >= 0x4000ul)
-        atomicAdd(bins1[b], (lo >> 14u) & 0x3fffu);
-    if (f >= 0x10000000ul)
-        atomicAdd(bins2[b], uint(f >> 28u));
+    uint high, low;
+    fixed_parts(v, high, low);
+    atomicAdd(bins0[b], low & 0x3fffu);
+    if (low >= 0x4000u)
+        atomicAdd(bins1[b], low >> 14u);
+    if (high > 0u)
+        atomicAdd(bins2[b], high);
 }
 
 uint64_t bin_mass(uint b)
@@ -214,7 +229,7 @@ void main()
     const uint row = gl_WorkGroupID.x, lane = gl_LocalInvocationIndex;
     const uint n = pc.width, base = row * n;
 
-    /* 1, 2, 3: the weights and the first bins */
+    /* 1, 2: the weights and the first bins */
     const float m = row_max(base, lane);
     clear_bins(lane);
     const bool any = m > uintBitsToFloat(0xff800000u) &&
@@ -228,25 +243,15 @@ void main()
             const float v = any && z >= -87.3 ? min(exp(z), 1.0) : 0.0;
             if (i < n)
                 w[base + i] = v;
+            if (fixed_of(v) > 0ul)
+                bin_add(rank_of(v) >> 20u, v);
         }
     }
     memoryBarrierBuffer();
-    barrier();
-    /* binned from the stored bits, as every later sweep sees them (the
-     * value in a register might have been computed twice, differently) */
-    for (uint i0 = lane; i0 < n; i0 += SAMPLE_WG * LOADS) {
-        float v[LOADS];
-        weights_at(base, i0, v);
-        [[unroll]] for (uint k = 0u; k < LOADS; k++) {
-            const uint64_t f = fixed_of(v[k]);
-            if (f > 0ul)
-                bin_add(rank_of(v[k]) >> 20u, f);
-        }
-    }
     memoryBarrierShared();
     barrier();
 
-    /* 4, 5: the nucleus' last rank, from three levels of bins */
+    /* 3, 4: the nucleus' last rank, from three levels of bins */
     uint64_t target = 0ul, above = 0ul, kept = 0ul, v_last = 0ul, ties = 0ul;
     uint r_last = ALL_RANKS;
     const uint64_t total = scan_bins(lane);
@@ -262,7 +267,7 @@ void main()
                 const uint r = rank_of(v[k]);
                 const uint64_t f = fixed_of(v[k]);
                 if (f > 0ul && (r >> 20u) == b1)
-                    bin_add((r >> 10u) & 1023u, f);
+                    bin_add((r >> 10u) & 1023u, v[k]);
             }
         }
         memoryBarrierShared();
@@ -278,7 +283,7 @@ void main()
                 const uint r = rank_of(v[k]);
                 const uint64_t f = fixed_of(v[k]);
                 if (f > 0ul && (r >> 10u) == b2)
-                    bin_add(r & 1023u, f);
+                    bin_add(r & 1023u, v[k]);
             }
         }
         memoryBarrierShared();
@@ -293,7 +298,7 @@ void main()
         kept = total;
     }
 
-    /* 6: the draw, chunk by chunk in id order */
+    /* 5: the draw, chunk by chunk in id order */
     const uint chunk = (n + SAMPLE_WG - 1u) / SAMPLE_WG;
     const uint i0 = min(lane * chunk, n), i1 = min(i0 + chunk, n);
     uint64_t mass = 0ul;

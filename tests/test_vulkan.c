@@ -330,11 +330,9 @@ static void test_sampled_draws_are_the_hosts_on_vulkan(void **state)
     (void)state;
     if (!have_device())
         skip();
-    setenv("KAKEYA_VK_SAMPLE", "1", 1);   /* the device's draws: opt-in */
     struct kk_model *m = testutil_open_default_model();
     testutil_check_sampled_draws(m, KK_BACKEND_VULKAN, prompt_text);
     kk_model_close(m);
-    unsetenv("KAKEYA_VK_SAMPLE");
 }
 
 int main(void)

@@ -304,16 +304,14 @@ static void make_heads_pipelines(struct vk_backend *be, bool rowwise)
         vk_pipeline_free(be->dev, forms[i].out);
 }
 
-/* sample where asked (KAKEYA_VK_SAMPLE=1) and the device takes it
- * (vk_device_has_int64); a speed-up, not a need: without it the host
- * draws from the logits. Off by default: on the H200 test_vk_ops's draws
- * at the top of a row's range found no token (README.md), which lavapipe
- * never showed. */
+/* sample where the device takes it (vk_device_has_int64) unless
+ * KAKEYA_VK_SAMPLE=0; a speed-up, not a need: without it the host draws
+ * from the logits. */
 static void make_sample_pipeline(struct vk_backend *be)
 {
     struct kk_error ignored;
     const char *env = getenv("KAKEYA_VK_SAMPLE");
-    be->has_sample = env && !strcmp(env, "1") &&
+    be->has_sample = !(env && !strcmp(env, "0")) &&
                      vk_device_has_int64(be->dev) &&
                      !make_pipeline(be, "sample", 4,
                                     sizeof(struct vk_push_sample),
