@@ -329,21 +329,26 @@ void main()
     const uint64_t at = mul_high(kept, u53, 53u);   /* < kept */
     uint64_t cum = part[lane] - mass;
     if (mass > 0ul && cum <= at && at < cum + mass) {
+        /* LOADS weights at a time, loaded before any is used: one at a
+         * time, the walk would wait for each */
         uint64_t tie = ties_before;
-        for (uint i = i0; i < i1; i++) {
-            const float v = w[base + i];
-            const uint r = rank_of(v);
-            const uint64_t f = fixed_of(v);
-            const bool is_kept =
-                f > 0ul && (r < r_last || (r == r_last && tie++ < ties));
-            if (is_kept) {
-                cum += f;
-                if (cum > at) {
-                    chosen = i;
-                    break;
+        uint found = NONE;
+        for (uint i = i0; i < i1 && found == NONE; i += LOADS) {
+            float v[LOADS];
+            chunk_at(base, i, i1, v);
+            [[unroll]] for (uint k = 0u; k < LOADS; k++) {
+                const uint r = rank_of(v[k]);
+                const uint64_t f = fixed_of(v[k]);
+                const bool is_kept = f > 0ul &&
+                    (r < r_last || (r == r_last && tie++ < ties));
+                if (found == NONE && is_kept) {
+                    cum += f;
+                    if (cum > at)
+                        found = i + k;
                 }
             }
         }
+        chosen = found;
     }
     barrier();
     if (lane == 0u)
