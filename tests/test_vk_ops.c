@@ -855,7 +855,9 @@ struct draw_case {
     int width;
     float temperature, top_p;
     float spread;      /* logits uniform in [-spread, spread] ... */
-    enum { DRAW_RANDOM, DRAW_EQUAL, DRAW_TOP_TWICE, DRAW_MASKED } kind;
+    enum {
+        DRAW_RANDOM, DRAW_EQUAL, DRAW_TOP_TWICE, DRAW_MASKED, DRAW_LEVELS
+    } kind;
 };
 
 static void draw_logits(const struct draw_case *c, uint64_t *s, float *x)
@@ -864,6 +866,9 @@ static void draw_logits(const struct draw_case *c, uint64_t *s, float *x)
         x[i] = c->kind == DRAW_EQUAL ? 1.5f : uniform(s, -c->spread, c->spread);
     if (c->kind == DRAW_TOP_TWICE)   /* ties for the top: the lower id */
         x[c->width / 30] = x[c->width / 2] = 2.0f * c->spread;
+    if (c->kind == DRAW_LEVELS)      /* a few values, each many times */
+        for (int i = 0; i < c->width; i++)
+            x[i] = 0.5f * floorf(uniform(s, 0.0f, 4.0f));
     if (c->kind == DRAW_MASKED)      /* masked tokens are never drawn */
         for (int i = 1; i < c->width; i += 2)
             x[i] = -INFINITY;
@@ -909,7 +914,9 @@ static uint64_t u53_inside(const float *probs, int n, int i)
  * id), the largest (the last kept id), then the middles of kept tokens
  * of at least 2e-5 of the mass (1e-5 from either edge, where the device's
  * sums are within ~1e-6), spread over them — and where all are equal, a
- * uniform right at a boundary; the shader's draws
+ * uniform right at a boundary; where the logits take a few values, the
+ * middle of the first kept token past the first tie left out; the
+ * shader's draws
  * against sample_probs and sample_pick's, row by row. */
 static void check_sample(const struct draw_case *c)
 {
@@ -964,6 +971,22 @@ static void check_sample(const struct draw_case *c)
             n_kept += probs[i] > 0.0f;
         u53[2] = ((1ull << 53) + n_kept - 1) / n_kept;
     }
+    if (c->kind == DRAW_LEVELS) {
+        /* the first kept token past the first tie the nucleus leaves out:
+         * a draw that kept one tie too many would land before it */
+        float edge = INFINITY;
+        for (int i = 0; i < n; i++)
+            edge = probs[i] > 0.0f && x[i] < edge ? x[i] : edge;
+        int left_out = 0;
+        while (left_out < n &&
+               !(probs[left_out] == 0.0f && x[left_out] == edge))
+            left_out++;
+        int next = left_out;
+        while (next < n && probs[next] == 0.0f)
+            next++;
+        assert_true(next < n);
+        u53[3] = u53_inside(probs, n, next);
+    }
     uint32_t u[2 * ROWS], got[ROWS];
     for (int r = 0; r < ROWS; r++) {
         u[2 * r] = (uint32_t)u53[r];
@@ -1012,6 +1035,9 @@ static void test_sample_draws_as_the_host(void **state)
         {257, 0.7f, 1.0f, 3.0f, DRAW_RANDOM},       /* top-p off */
         {3000, 0.5f, 0.0f, 3.0f, DRAW_TOP_TWICE},   /* top-p 0: the top */
         {5000, 1.2f, 0.95f, 3.0f, DRAW_MASKED},
+        /* the nucleus ends among ties, and tokens of it lie past the
+         * ties it leaves out */
+        {65536, 1.0f, 0.6f, 0.0f, DRAW_LEVELS},
         {3, 1.0f, 0.9f, 1.0f, DRAW_RANDOM},         /* under a subgroup */
         {4096, 0.05f, 0.9f, 3.0f, DRAW_RANDOM},     /* nearly greedy */
     };
