@@ -179,10 +179,10 @@ struct kk_sampling;
  * back is only a draw from the last row (kk_session_token(s, 0)), the
  * token kk_sample draws from its logits with the same *rng, which it
  * advances as kk_sample does. A GPU can make the draw where the logits
- * are, and 4 bytes cross back instead of n_vocab floats (experimental:
- * KAKEYA_VK_SAMPLE=1; in fixed point, so it can differ from kk_sample's
- * where the uniform falls within rounding of a boundary between two
- * tokens' shares). */
+ * are, and 4 bytes cross back instead of n_vocab floats (the default;
+ * KAKEYA_VK_SAMPLE=0 turns it off); in fixed point, so it can differ from
+ * kk_sample's where the uniform falls within rounding of a boundary
+ * between two tokens' shares. */
 int kk_session_eval_sample(struct kk_session *s, const int32_t *ids, int n,
                            const struct kk_sampling *p, uint64_t *rng,
                            void (*progress)(void *ud, int done, int total),
