@@ -916,8 +916,7 @@ static uint64_t u53_inside(const float *probs, int n, int i)
  * sums are within ~1e-6), spread over them — and where all are equal, a
  * uniform right at a boundary; where the logits take a few values, the
  * middle of the first kept token past the first tie left out; the
- * shader's draws
- * against sample_probs and sample_pick's, row by row. */
+ * shader's draws against sample_probs and sample_pick's, row by row. */
 static void check_sample(const struct draw_case *c)
 {
     enum { ROWS = 17 };
