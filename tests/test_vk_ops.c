@@ -35,6 +35,7 @@
 #include "vk_device.h"
 #include "vk_model.h"
 #include "vk_shaders.h"
+#include "testutil.h"
 
 /* ---- the device, pipelines and buffers ---- */
 
@@ -3186,5 +3187,6 @@ int main(void)
         cmocka_unit_test(
             test_attention_rope_splits_long_rows_and_keeps_rows_alone_bits),
     };
+    testutil_filter_from_env();
     return cmocka_run_group_tests(tests, open_device, close_device);
 }

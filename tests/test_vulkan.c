@@ -358,5 +358,6 @@ int main(void)
     };
     for (size_t i = 0; i < sizeof more / sizeof more[0]; i++)
         tests[n++] = more[i];
+    testutil_filter_from_env();
     return _cmocka_run_group_tests("vulkan", tests, (size_t)n, NULL, NULL);
 }

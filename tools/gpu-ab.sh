@@ -33,7 +33,9 @@
 #             every round benchmarks every variant on each
 #   BANDWIDTH the GPU's bandwidth in GB/s, for the roofline (default 4800)
 #   BENCH_ARGS further arguments for every bench (e.g. "--context 4096")
-#   TESTS=1   run test_vk_ops on the GPU first
+#   TESTS=1   run test_vk_ops on the GPU first; with KK_TEST_FILTER (a
+#             cmocka pattern, say "test_sample*") only the tests it names
+#             (test_vk_ops takes over 90 s on the H200)
 #   PROFILE   variants (as VARIANTS) to time per dispatch afterwards
 #             (KAKEYA_VK_PROFILE=1, a --quick bench on the first model)
 #   OUT       where the reports go (default /tmp/gpu-ab); they are packed

@@ -41,6 +41,13 @@ const char *testutil_shared_path(const char *rel)
     return buf;
 }
 
+void testutil_filter_from_env(void)
+{
+    const char *pattern = getenv("KK_TEST_FILTER");
+    if (pattern && *pattern)
+        cmocka_set_test_filter(pattern);
+}
+
 char *testutil_read_file(const char *path, size_t *len)
 {
     FILE *f = fopen(path, "rb");

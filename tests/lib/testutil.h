@@ -19,6 +19,11 @@ const char *testutil_shared_dir(void);
  * when the shared folder is absent. */
 const char *testutil_shared_path(const char *rel);
 
+/* Runs only the tests whose names match $KK_TEST_FILTER (cmocka's
+ * patterns: * and ?) where it is set: a device call, whose minutes are
+ * counted, can run the one test it is about (tools/gpu-ab.sh). */
+void testutil_filter_from_env(void);
+
 /* Whole file into a malloc'd buffer (NUL-terminated; *len without the NUL).
  * NULL if it cannot be read. */
 char *testutil_read_file(const char *path, size_t *len);
