@@ -61,7 +61,7 @@ layout(push_constant) uniform Push {
 /* a bin's mass in three limbs of 14 bits (bin_add) */
 shared uint bins0[BINS], bins1[BINS], bins2[BINS];
 shared uint64_t part[SAMPLE_WG];
-shared float sg_max[SAMPLE_WG / 8u];
+shared float sg_max[SAMPLE_WG];   /* one a subgroup, however narrow */
 shared uint chosen;
 shared uint64_t chosen_above;
 
