@@ -899,6 +899,54 @@ static bool nucleus_is_clear(const struct draw_case *c, const float *x,
            c->top_p - (kept - least) / all > 2e-6;
 }
 
+/* Moves the logits of a DRAW_LEVELS row (swaps only: the same values, so
+ * the same nucleus mass and the same number of its ties kept) so that
+ * the first tie the nucleus leaves out is token `at` and a kept token
+ * follows it: with `at` a multiple of a large power of two, any cut of
+ * the row into aligned pieces of a power of two puts both in one piece,
+ * which a draw between them must walk. */
+static void swap_floats(float *a, float *b)
+{
+    const float t = *a;
+    *a = *b;
+    *b = t;
+}
+
+static void put_first_left_out_at(float *x, const float *probs, int n, int at)
+{
+    float edge = INFINITY;
+    for (int i = 0; i < n; i++)
+        edge = probs[i] > 0.0f && x[i] < edge ? x[i] : edge;
+    int kept_ties = 0, before = 0;
+    for (int i = 0; i < n; i++) {
+        kept_ties += probs[i] > 0.0f && x[i] == edge;
+        before += i < at && x[i] == edge;
+    }
+    /* exactly kept_ties ties before `at`, swapped with ids past at + 1 */
+    for (int i = 0, j = at + 2; before != kept_ties; i++) {
+        assert_true(i < at);
+        const bool want_edge = before < kept_ties;
+        if ((x[i] == edge) == want_edge)
+            continue;
+        while (j < n && (x[j] == edge) != want_edge)
+            j++;
+        assert_true(j < n);
+        swap_floats(&x[i], &x[j++]);
+        before += want_edge ? 1 : -1;
+    }
+    /* then a tie at `at`, and a value above the edge (kept) after it */
+    for (int j = at + 2; x[at] != edge; j++) {
+        assert_true(j < n);
+        if (x[j] == edge)
+            swap_floats(&x[at], &x[j]);
+    }
+    for (int j = at + 2; !(x[at + 1] > edge); j++) {
+        assert_true(j < n);
+        if (x[j] > edge)
+            swap_floats(&x[at + 1], &x[j]);
+    }
+}
+
 /* The uniform's 53 bits at the middle of token i's share of the kept mass
  * (in id order, as a draw walks it): far from rounding's reach. */
 static uint64_t u53_inside(const float *probs, int n, int i)
@@ -941,6 +989,10 @@ static void check_sample(const struct draw_case *c)
         fail_msg("sample width %d T %g top-p %g (kind %d): no seed put the "
                  "nucleus' edge clear of rounding", n, c->temperature,
                  c->top_p, c->kind);
+    if (c->kind == DRAW_LEVELS) {
+        put_first_left_out_at(x, probs, n, n / 2);
+        sample_probs(&sp, x, n, probs, order);
+    }
     for (int r = 1; r < ROWS; r++)
         memcpy(x + (size_t)r * n, x, (size_t)n * sizeof *x);
     double total = 0.0;
@@ -984,7 +1036,8 @@ static void check_sample(const struct draw_case *c)
         int next = left_out;
         while (next < n && probs[next] == 0.0f)
             next++;
-        assert_true(next < n);
+        assert_int_equal(left_out, n / 2);
+        assert_int_equal(next, n / 2 + 1);
         u53[3] = u53_inside(probs, n, next);
     }
     uint32_t u[2 * ROWS], got[ROWS];
@@ -996,12 +1049,26 @@ static void check_sample(const struct draw_case *c)
     struct vk_buffer bx = buffer_with(x, bytes), bw = buffer_with(NULL, bytes);
     struct vk_buffer bu = buffer_with(u, sizeof u);
     struct vk_buffer btok = buffer_with(NULL, sizeof got);
-    const struct vk_buffer *bufs[] = {&bx, &bw, &bu, &btok};
+    struct vk_buffer bs = buffer_with(NULL, (size_t)ROWS *
+                                                VK_SAMPLE_ROW_WORDS *
+                                                sizeof(uint32_t));
+    const struct vk_buffer *bufs[] = {&bx, &bw, &bu, &btok, &bs};
     const bool keep_all = !(c->top_p < 1.0f);
-    const struct vk_push_sample push = {
+    struct vk_push_sample push = {
         (uint32_t)n, ROWS, c->temperature,
-        keep_all ? 0u : (uint32_t)ldexp(c->top_p, 32), keep_all};
-    run("sample", 4, bufs, &push, sizeof push, ROWS, 1, 1);
+        keep_all ? 0u : (uint32_t)ldexp(c->top_p, 32), keep_all, 0};
+    /* the phases in one recording, as the backend makes them */
+    const struct vk_pipeline *p = pipeline("sample", 5, NULL, sizeof push);
+    struct kk_error err = {{0}};
+    if (vk_begin(dev, &err))
+        fail_msg("%s", err.msg);
+    for (int phase = 0; phase < VK_SAMPLE_PHASES; phase++) {
+        push.phase = (uint32_t)phase;
+        vk_dispatch(dev, p, bufs, &push, vk_sample_groups(phase, (uint32_t)n),
+                    ROWS, 1);
+    }
+    if (vk_submit_wait(dev, &err))
+        fail_msg("sample: %s", err.msg);
     download(&btok, got, sizeof got);
     for (int r = 0; r < ROWS; r++) {
         const int32_t want = sample_pick(probs, n, u53[r]);
@@ -1014,6 +1081,7 @@ static void check_sample(const struct draw_case *c)
     vk_buffer_free(dev, &bw);
     vk_buffer_free(dev, &bu);
     vk_buffer_free(dev, &btok);
+    vk_buffer_free(dev, &bs);
     free(x);
     free(probs);
     free(order);

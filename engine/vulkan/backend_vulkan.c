@@ -129,10 +129,12 @@ struct vk_backend {
     uint32_t argmax_groups;
     /* Draws made where the logits are (vkb_read_sample), where the device
      * runs sample.comp (has_sample): its scratch weights, the rows'
-     * uniforms, the tokens, and the tokens on their way back. */
+     * uniforms, the tokens, its bins and sums (state), and the tokens on
+     * their way back. */
     bool has_sample;
     struct vk_pipeline sample;
-    struct vk_buffer sample_w, sample_u, sample_tok, sample_readback;
+    struct vk_buffer sample_w, sample_u, sample_tok, sample_state,
+        sample_readback;
     /* attention_rope's partials of the rows it splits (vk_shaders.h;
      * reserve_splits) */
     struct vk_buffer splits;
@@ -313,7 +315,7 @@ static void make_sample_pipeline(struct vk_backend *be)
     const char *env = getenv("KAKEYA_VK_SAMPLE");
     be->has_sample = !(env && !strcmp(env, "0")) &&
                      vk_device_has_int64(be->dev) &&
-                     !make_pipeline(be, "sample", 4,
+                     !make_pipeline(be, "sample", 5,
                                     sizeof(struct vk_push_sample),
                                     &be->sample, &ignored);
 }
@@ -494,6 +496,7 @@ static void vkb_free(struct backend *base)
     vk_buffer_free(be->dev, &be->sample_w);
     vk_buffer_free(be->dev, &be->sample_u);
     vk_buffer_free(be->dev, &be->sample_tok);
+    vk_buffer_free(be->dev, &be->sample_state);
     vk_buffer_free(be->dev, &be->sample_readback);
     vk_buffer_free(be->dev, &be->splits);
     free(be->ids);
@@ -815,10 +818,14 @@ static const int32_t *vkb_read_sample(struct backend *base,
     const size_t whole = (size_t)t->rows * (size_t)t->width * sizeof(float);
     const size_t u_bytes = (size_t)rows * sizeof(uint64_t);
     const size_t tok_bytes = (size_t)t->rows * sizeof(uint32_t);
+    const size_t state_bytes =
+        (size_t)t->rows * VK_SAMPLE_ROW_WORDS * sizeof(uint32_t);
     if (!read_buffer(be, &be->sample_w, whole, whole, VK_MEM_DEVICE) ||
         !read_buffer(be, &be->sample_u, u_bytes,
                      (size_t)t->rows * sizeof(uint64_t), VK_MEM_DEVICE) ||
         !read_buffer(be, &be->sample_tok, tok_bytes, tok_bytes,
+                     VK_MEM_DEVICE) ||
+        !read_buffer(be, &be->sample_state, state_bytes, state_bytes,
                      VK_MEM_DEVICE) ||
         !read_buffer(be, &be->sample_readback, tok_bytes, tok_bytes,
                      VK_MEM_READBACK))
@@ -834,12 +841,16 @@ static const int32_t *vkb_read_sample(struct backend *base,
     copy(be, &be->upload, (VkDeviceSize)off, &be->sample_u, 0, u_bytes);
     const bool keep_all = !(draw->top_p < 1.0f);
     const float top_p = draw->top_p > 0.0f ? draw->top_p : 0.0f;
-    const struct vk_push_sample pc = {
+    struct vk_push_sample pc = {
         (uint32_t)t->width, (uint32_t)rows, draw->temperature,
-        keep_all ? 0u : (uint32_t)ldexp(top_p, 32), keep_all};
+        keep_all ? 0u : (uint32_t)ldexp(top_p, 32), keep_all, 0};
     const struct vk_buffer *bufs[] = {buf(t), &be->sample_w, &be->sample_u,
-                                      &be->sample_tok};
-    dispatch(be, &be->sample, bufs, &pc, (uint32_t)rows, 1, 1);
+                                      &be->sample_tok, &be->sample_state};
+    for (int phase = 0; phase < VK_SAMPLE_PHASES; phase++) {
+        pc.phase = (uint32_t)phase;
+        dispatch(be, &be->sample, bufs, &pc,
+                 vk_sample_groups(phase, pc.width), (uint32_t)rows, 1);
+    }
     copy(be, &be->sample_tok, 0, &be->sample_readback, 0,
          (VkDeviceSize)rows * sizeof(uint32_t));
     return be->sample_readback.mapped;

@@ -155,6 +155,13 @@ int32_t vk_argmax_choose(const uint32_t *pairs, uint32_t groups)
     return key == 0 ? 0 : (int32_t)index;
 }
 
+uint32_t vk_sample_groups(int phase, uint32_t width)
+{
+    return phase == VK_SAMPLE_PHASES - 1
+               ? 1
+               : (width + VK_SAMPLE_PART - 1) / VK_SAMPLE_PART;
+}
+
 /* A row of n_vis positions: its splits, as att_split.glsl's att_splits. */
 static uint32_t row_splits(uint32_t n_vis, uint32_t split_keys,
                            uint32_t max_splits)

@@ -425,18 +425,29 @@ int32_t vk_argmax_choose(const uint32_t *pairs, uint32_t groups);
  * 2^-40 is never drawn), so a draw differs from the host's only where u
  * falls within rounding of a boundary between two tokens' shares. A row
  * with no finite logit draws 0. TOKEN[r] = row r's draw; W (as large as
- * X) is the shader's scratch. One workgroup of VK_SAMPLE_WORKGROUP a row
- * (needs vk_device_has_int64), rows of at most VK_SAMPLE_MAX_WIDTH.
+ * X) and STATE (VK_SAMPLE_ROW_WORDS words a row) are the shader's
+ * scratch. Rows of at most VK_SAMPLE_MAX_WIDTH; needs
+ * vk_device_has_int64.
+ * Six dispatches in order, `phase` 0 .. VK_SAMPLE_PHASES - 1, each
+ * reading what the one before wrote: phase p's grid is
+ * (vk_sample_groups(p, width), n_rows, 1), workgroups of
+ * VK_SAMPLE_WORKGROUP (the shader's header says what each phase does).
  * bindings: 0 X (float), 1 W (float), 2 U (uint: row r's 53 uniform bits
- * at words 2r, low, and 2r + 1, high), 3 TOKEN (uint).
- * grid: (n_rows, 1, 1). */
-#define VK_SAMPLE_WORKGROUP 1024
+ * at words 2r, low, and 2r + 1, high), 3 TOKEN (uint), 4 STATE (uint). */
+#define VK_SAMPLE_WORKGROUP 256
+#define VK_SAMPLE_PART (VK_SAMPLE_WORKGROUP * 8)   /* values a workgroup */
 #define VK_SAMPLE_MAX_WIDTH (1 << 18)
+#define VK_SAMPLE_ROW_WORDS (9 * 1024 + 32 + 5 * 128)
+enum { VK_SAMPLE_PHASES = 6 };
 struct vk_push_sample {
     uint32_t width, n_rows;
     float temperature;
     uint32_t top_p32;   /* top_p 2^32, floored (top_p < 1) */
     uint32_t keep_all;  /* 1: top_p 1 or more, every token kept */
+    uint32_t phase;
 };
+/* Phase p's workgroups a row: one a part of VK_SAMPLE_PART values, and
+ * one for the last phase, the draw. */
+uint32_t vk_sample_groups(int phase, uint32_t width);
 
 #endif
