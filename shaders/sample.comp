@@ -96,7 +96,8 @@ shared uint bins0[BINS], bins1[BINS], bins2[BINS];
 shared uint64_t part[SAMPLE_WG];
 shared float sg_max[SAMPLE_WG];   /* one a subgroup, however narrow */
 shared uint chosen;
-shared uint64_t chosen_above, chosen_ties, chosen_cum;
+shared uint chosen_ties;
+shared uint64_t chosen_above, chosen_cum;
 
 uint64_t load64(uint at)
 {
@@ -447,20 +448,25 @@ void phase_parts(uint row_at, uint base, uint g, uint lane)
 
 /* A share of the row — a part's (phase 5's first step) or a chunk's of a
  * part (its second) — with `mass` below r*, `n_ties` tokens of rank r*,
- * among shares in id order, one an invocation: returns its kept mass,
- * with the ties kept of it, and sets *ties_before to the ties in the
- * shares before it and *cum to the kept mass before it (after
- * cum0). */
-uint64_t kept_share(uint lane, uint64_t mass, uint n_ties, uint64_t ties,
-                    uint64_t v_last, uint64_t cum0, out uint64_t ties_before,
+ * among shares in id order, one an invocation, of which `ties` tokens of
+ * rank r* are kept: returns its kept mass, with the ties kept of it, and
+ * sets *ties_before to the ties in the shares before it and *cum to the
+ * kept mass before it (after cum0). Counts of tokens are 32-bit (at most
+ * VK_SAMPLE_MAX_WIDTH): in 64 bits, with `ties` a select of its own
+ * (the second step's), the H200 added every tie of each chunk that had
+ * ties before it in the part when no tie was left to keep — as though
+ * ties > ties_before were ties - ties_before != 0 — and drew past the
+ * nucleus' last tie hundreds of tokens early; lavapipe did not. */
+uint64_t kept_share(uint lane, uint64_t mass, uint n_ties, uint ties,
+                    uint64_t v_last, uint64_t cum0, out uint ties_before,
                     out uint64_t cum)
 {
     part[lane] = uint64_t(n_ties);
     scan_parts(lane);
-    ties_before = part[lane] - uint64_t(n_ties);
-    const uint64_t ties_here =
-        ties > ties_before ? min(ties - ties_before, uint64_t(n_ties)) : 0ul;
-    mass += ties_here * v_last;
+    ties_before = uint(part[lane]) - n_ties;
+    const uint ties_here =
+        ties > ties_before ? min(ties - ties_before, n_ties) : 0u;
+    mass += uint64_t(ties_here) * v_last;
     barrier();
     part[lane] = mass;
     scan_parts(lane);
@@ -475,13 +481,15 @@ void phase_draw(uint row, uint row_at, uint base, uint lane)
 {
     const uint c = row_at + AT_CONST;
     const uint r_last = S[c + C_RLAST];
-    const uint64_t ties = load64(c + C_TIES), kept = load64(c + C_KEPT);
+    const uint ties = S[c + C_TIES];   /* at most VK_SAMPLE_MAX_WIDTH */
+    const uint64_t kept = load64(c + C_KEPT);
     const uint64_t v_last = load64(c + C_VLAST);
     const uint parts = (pc.width + SAMPLE_PART - 1u) / SAMPLE_PART;
     const uint64_t u53 = uint64_t(u[2u * row]) | uint64_t(u[2u * row + 1u]) << 32u;
     const uint64_t at = mul_high(kept, u53, 53u);   /* < kept */
 
-    uint64_t ties_before, cum;
+    uint ties_before;
+    uint64_t cum;
     const uint64_t pmass = kept_share(
         lane, lane < parts ? load64(row_at + AT_PARTS + 4u * lane) : 0ul,
         lane < parts ? S[row_at + AT_PARTS + 4u * lane + 2u] : 0u, ties,
@@ -501,7 +509,8 @@ void phase_draw(uint row, uint row_at, uint base, uint lane)
             token[row] = 0u;
         return;
     }
-    const uint64_t part_ties = chosen_ties, part_cum = chosen_cum;
+    const uint part_ties = chosen_ties;
+    const uint64_t part_cum = chosen_cum;
 
     const uint i0 = min(p * SAMPLE_PART + lane * LOADS, pc.width);
     const uint i1 = min(i0 + LOADS, pc.width);
@@ -516,14 +525,14 @@ void phase_draw(uint row, uint row_at, uint base, uint lane)
             mass += f;
         n_ties += f > 0ul && r == r_last ? 1u : 0u;
     }
-    mass = kept_share(lane, mass, n_ties, ties >= part_ties
-                                              ? ties - part_ties : 0ul,
-                      v_last, part_cum, ties_before, cum);
+    mass = kept_share(lane, mass, n_ties,
+                      ties > part_ties ? ties - part_ties : 0u, v_last,
+                      part_cum, ties_before, cum);
     if (lane == 0u)
         chosen = NONE;
     barrier();
     if (mass > 0ul && cum <= at && at < cum + mass) {
-        uint64_t tie = part_ties + ties_before;
+        uint tie = part_ties + ties_before;
         uint found = NONE;
         [[unroll]] for (uint k = 0u; k < LOADS; k++) {
             const uint r = rank_of(v[k]);
