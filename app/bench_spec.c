@@ -3,9 +3,12 @@
  * For each prompt (held-out conversations from data/eval: long-document
  * questions, whose answers quote the document, and short chat questions)
  * the same target generates greedily once per mode: plain, n-gram, draft
- * model, auto. Greedy speculative output must equal the plain output (the
- * run reports whether it did); the figures are tau, acceptance rate, decode
- * tok/s and the ratio to plain, per prompt set and mode. */
+ * model, auto; and sampled (temperature 0.8, top-p 0.9, one seed) plain
+ * and with the n-gram's drafts. Speculative output must equal the plain
+ * output of its kind — greedy, or sampled with the n-gram's drafts, which
+ * kk_generate decides by the target's own draws (the run reports whether
+ * it did); the figures are tau, acceptance rate, decode tok/s and the
+ * ratio to plain, per prompt set and mode. */
 #include "bench_spec.h"
 
 #include <stdio.h>
@@ -16,6 +19,10 @@
 
 enum { MAX_TOKENS = 4096, MAX_MSGS = 16 };
 
+/* The sampled modes' draw: chat's kind of temperature and top-p. */
+static const struct kk_sampling bench_sampling = {
+    .temperature = 0.8f, .top_p = 0.9f, .seed = 1};
+
 struct prompt {
     int32_t *ids;
     int n;
@@ -24,6 +31,8 @@ struct prompt {
 struct mode_total {
     const char *name;
     enum kk_spec_mode mode;
+    bool sampled;
+    int plain;      /* the mode (index) whose output this one must equal */
     int tokens, steps, proposed, accepted;
     double seconds;
     bool is_lossless;
@@ -100,8 +109,8 @@ static bool collect(void *ud, int32_t id, const char *text,
 
 static int run_once(const struct spec_bench_options *o, struct kk_model *m,
                     struct kk_model *dm, const struct prompt *p,
-                    enum kk_spec_mode mode, struct run_result *r,
-                    struct kk_error *err)
+                    enum kk_spec_mode mode, bool sampled,
+                    struct run_result *r, struct kk_error *err)
 {
     struct kk_session_params sp = {.n_ctx = 2048, .n_threads = o->n_threads,
                                    .backend = o->backend,
@@ -113,6 +122,8 @@ static int run_once(const struct spec_bench_options *o, struct kk_model *m,
     struct kk_generate_params gp = {.n_predict = o->n_predict,
                                     .stop_at_eog = true, .spec = mode,
                                     .draft = ds, .block = o->block};
+    if (sampled)
+        gp.sampling = bench_sampling;
     r->n = 0;
     if (!rc)
         rc = kk_generate(s, p->ids, p->n, &gp, collect, r, &r->st, err);
@@ -126,6 +137,10 @@ static cJSON *mode_json(const struct mode_total *t, double plain_tok_per_s)
     cJSON *j = cJSON_CreateObject();
     double tps = t->seconds > 0 ? t->tokens / t->seconds : 0.0;
     cJSON_AddStringToObject(j, "mode", t->name);
+    if (t->sampled) {
+        cJSON_AddNumberToObject(j, "temperature", bench_sampling.temperature);
+        cJSON_AddNumberToObject(j, "top_p", bench_sampling.top_p);
+    }
     cJSON_AddNumberToObject(j, "tokens", t->tokens);
     cJSON_AddNumberToObject(j, "tau", t->steps ? (double)t->tokens / t->steps
                                                : 0.0);
@@ -139,45 +154,69 @@ static cJSON *mode_json(const struct mode_total *t, double plain_tok_per_s)
     return j;
 }
 
+/* tok/s of a mode's totals. */
+static double tok_per_s(const struct mode_total *t)
+{
+    return t->seconds > 0 ? t->tokens / t->seconds : 0.0;
+}
+
 /* All modes over one prompt set. */
 static int bench_set(const struct spec_bench_options *o, struct kk_model *m,
                      struct kk_model *dm, const char *name,
                      const struct prompt *prompts, int n_prompts, cJSON *out,
                      struct kk_error *err)
 {
-    struct mode_total totals[] = {
-        {"plain", KK_SPEC_OFF, 0, 0, 0, 0, 0, true},
-        {"ngram", KK_SPEC_NGRAM, 0, 0, 0, 0, 0, true},
-        {"draft", KK_SPEC_DRAFT, 0, 0, 0, 0, 0, true},
-        {"auto", KK_SPEC_AUTO, 0, 0, 0, 0, 0, true},
+    struct mode_total all[] = {
+        {"plain", KK_SPEC_OFF, false, 0, 0, 0, 0, 0, 0, true},
+        {"ngram", KK_SPEC_NGRAM, false, 0, 0, 0, 0, 0, 0, true},
+        {"draft", KK_SPEC_DRAFT, false, 0, 0, 0, 0, 0, 0, true},
+        {"auto", KK_SPEC_AUTO, false, 0, 0, 0, 0, 0, 0, true},
+        {"plain_sampled", KK_SPEC_OFF, true, 0, 0, 0, 0, 0, 0, true},
+        {"ngram_sampled", KK_SPEC_NGRAM, true, 0, 0, 0, 0, 0, 0, true},
     };
-    int n_modes = dm ? 4 : 2;
-    static struct run_result plain, r;
+    /* without a draft model, the modes that need none; each mode's plain
+     * is the last plain before it */
+    struct mode_total totals[sizeof all / sizeof all[0]];
+    int n_modes = 0, last_plain = 0;
+    for (size_t k = 0; k < sizeof all / sizeof all[0]; k++) {
+        if (!dm && (all[k].mode == KK_SPEC_DRAFT ||
+                    all[k].mode == KK_SPEC_AUTO))
+            continue;
+        if (all[k].mode == KK_SPEC_OFF)
+            last_plain = n_modes;
+        totals[n_modes] = all[k];
+        totals[n_modes++].plain = last_plain;
+    }
+    static struct run_result plain[2], r;
     for (int i = 0; i < n_prompts; i++) {
         for (int k = 0; k < n_modes; k++) {
-            struct run_result *res = k == 0 ? &plain : &r;
-            if (run_once(o, m, dm, &prompts[i], totals[k].mode, res, err))
+            struct mode_total *t = &totals[k];
+            const bool is_plain = t->mode == KK_SPEC_OFF;
+            struct run_result *res = is_plain ? &plain[t->sampled] : &r;
+            if (run_once(o, m, dm, &prompts[i], t->mode, t->sampled, res,
+                         err))
                 return -1;
             /* The first token comes from prefill: count decode steps only. */
-            totals[k].tokens += res->st.n_generated - 1;
-            totals[k].steps += res->st.n_steps;
-            totals[k].proposed += res->st.n_proposed;
-            totals[k].accepted += res->st.n_accepted;
-            totals[k].seconds += res->st.decode_seconds;
-            if (k > 0 && (res->n != plain.n ||
-                          memcmp(res->ids, plain.ids,
-                                 sizeof(int32_t) * (size_t)plain.n)))
-                totals[k].is_lossless = false;
+            t->tokens += res->st.n_generated - 1;
+            t->steps += res->st.n_steps;
+            t->proposed += res->st.n_proposed;
+            t->accepted += res->st.n_accepted;
+            t->seconds += res->st.decode_seconds;
+            const struct run_result *want = &plain[t->sampled];
+            if (!is_plain && (res->n != want->n ||
+                              memcmp(res->ids, want->ids,
+                                     sizeof(int32_t) * (size_t)want->n)))
+                t->is_lossless = false;
         }
     }
     cJSON *set = cJSON_CreateObject();
     cJSON_AddStringToObject(set, "prompts", name);
     cJSON_AddNumberToObject(set, "n_prompts", n_prompts);
-    double plain_tps = totals[0].seconds > 0
-                           ? totals[0].tokens / totals[0].seconds : 0.0;
     cJSON *modes = cJSON_AddArrayToObject(set, "modes");
     for (int k = 0; k < n_modes; k++)
-        cJSON_AddItemToArray(modes, mode_json(&totals[k], plain_tps));
+        cJSON_AddItemToArray(modes,
+                             mode_json(&totals[k],
+                                       tok_per_s(&totals[totals[k].plain])));
     cJSON_AddItemToArray(out, set);
     return 0;
 }

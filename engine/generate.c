@@ -7,10 +7,19 @@
  *   greedy:   accept d_i while it is the target's argmax; at the first
  *             mismatch commit the argmax instead; after a full match the
  *             last row gives a bonus token. Output = plain greedy output.
- *   sampling: accept d_i with probability min(1, p(d_i) / q(d_i)); on
- *             rejection draw from max(0, p - q) renormalised (Leviathan et
- *             al. 2023, Chen et al. 2023), so tokens follow p exactly. A
- *             deterministic proposer has q = 1 at its token.
+ *   sampling: a draft model's d_i (q its distribution) is accepted with
+ *             probability min(1, p(d_i) / q(d_i)); on rejection a draw
+ *             from max(0, p - q) renormalised is committed (Leviathan et
+ *             al. 2023, Chen et al. 2023), so tokens follow p exactly.
+ *             A deterministic proposer's (the n-gram's: q = 1 at its
+ *             token) d_i is accepted when the target's own draw from row
+ *             i is d_i, and that draw is committed either way: accepted
+ *             with probability p(d_i), otherwise a draw from p without
+ *             d_i, just as rejection sampling gives. Row i's draw takes
+ *             the uniform plain decoding takes at its position (the
+ *             generator moves on by the rows decided), so the tokens are
+ *             plain sampled decoding's, token for token; and on a GPU
+ *             the draws are made where the logits are.
  *
  * The block length L adapts each step to maximise expected committed
  * tokens per second: with per-token acceptance a, a block of L commits
@@ -45,6 +54,7 @@ struct generation {
     float *scratch;        /* 2 * n_vocab */
     struct proposal prop;
     uint64_t rng;
+    uint64_t u53[MAX_BLOCK + 1];  /* rows' uniforms, when they are draws */
     struct tok_stream ts;
     struct kk_stats st;
     double accept_ema[3];  /* per-token acceptance, per proposer */
@@ -134,24 +144,59 @@ static int propose(struct generation *g, int L, struct kk_error *err)
 
 /* ---- verifying ---- */
 
+/* Whether the step's rows are decided by draws of their own: sampling
+ * with no drafts or with point-mass ones (the n-gram's), row i drawn with
+ * g->u53[i]. A draft model's drafts are decided by spec_accept. */
+static bool rows_are_draws(const struct generation *g)
+{
+    return !g->is_greedy &&
+           (g->prop.n == 0 || g->prop.by != KK_PROPOSER_DRAFT);
+}
+
 /* What an evaluation asks of the target's rows: greedy decoding needs only
- * each row's argmax, a sampled step that verifies no drafts only a draw
- * from its one row — on a GPU both can be made where the logits are, so
- * that one int a row comes back instead of a vocabulary of floats.
- * Verifying drafts by sampling needs each row's distribution: the logits.
- * The draw's uniform is the one target_token would have taken, at the
- * same point in the generator's sequence; `draw` keeps it. */
+ * each row's argmax, rows decided by draws (rows_are_draws) only a draw
+ * from each — on a GPU both can be made where the logits are, so that one
+ * int a row comes back instead of a vocabulary of floats. Verifying a
+ * draft model's drafts needs each row's distribution: the logits. Row i's
+ * uniform is the generator's i-th next one (taken when the rows are
+ * decided: take_uniforms). Where the backend draws on the host, drafts'
+ * rows come back as logits and are drawn from one by one as they are
+ * verified, so that a rejection spares the rest. */
 static enum forward_out rows_wanted(struct generation *g, int n_drafts,
-                                    struct be_draw *draw, uint64_t *u53)
+                                    struct be_draw *draw)
 {
     if (g->is_greedy)
         return FORWARD_ARGMAX;
-    if (n_drafts > 0)
+    if (!rows_are_draws(g))
         return FORWARD_LOGITS;
-    *u53 = sample_bits53(&g->rng);
+    uint64_t rng = g->rng;
+    for (int i = 0; i <= n_drafts; i++)
+        g->u53[i] = sample_bits53(&rng);
     *draw = (struct be_draw){g->p->sampling.temperature,
-                             g->p->sampling.top_p, u53};
-    return FORWARD_SAMPLE;
+                             g->p->sampling.top_p, g->u53};
+    return n_drafts == 0 || be_draws_samples(g->s->be, g->n_vocab)
+               ? FORWARD_SAMPLE : FORWARD_LOGITS;
+}
+
+/* Moves the generator past the uniforms of the `used` rows decided (their
+ * draws' uniforms: rows_wanted). */
+static void take_uniforms(struct generation *g, int used)
+{
+    if (rows_are_draws(g))
+        for (int i = 0; i < used; i++)
+            sample_bits53(&g->rng);
+}
+
+/* Row i's token where rows are choices or draws: the one the pass gave
+ * back, or a draw from its logits with its uniform. */
+static int32_t row_token(struct generation *g, int i)
+{
+    const float *logits = session_logits(g->s, i);
+    if (!logits)
+        return session_token(g->s, i);
+    sample_probs(&g->p->sampling, logits, g->n_vocab, g->probs,
+                 (int32_t *)g->scratch);
+    return sample_pick(g->probs, g->n_vocab, g->u53[i]);
 }
 
 /* Decides draft i against the target's row i: true to accept; otherwise
@@ -159,24 +204,23 @@ static enum forward_out rows_wanted(struct generation *g, int n_drafts,
 static bool verify_token(struct generation *g, int i, int32_t *out)
 {
     const int32_t d = g->prop.ids[i], n = g->n_vocab;
-    if (g->is_greedy) {
-        *out = session_token(g->s, i);
+    if (g->is_greedy || rows_are_draws(g)) {
+        *out = row_token(g, i);
         return *out == d;
     }
     const float *logits = session_logits(g->s, i);
     sample_probs(&g->p->sampling, logits, n, g->probs, (int32_t *)g->scratch);
-    const float *q = g->prop.by == KK_PROPOSER_DRAFT
-                         ? g->prop.q + (size_t)i * (size_t)n : NULL;
-    return spec_accept(g->probs, q, d, n, &g->rng, g->resid, out);
+    return spec_accept(g->probs, g->prop.q + (size_t)i * (size_t)n, d, n,
+                       &g->rng, g->resid, out);
 }
 
 /* The target's own token from its row i (bonus after a full match): the
- * choice or draw made with the rows (rows_wanted), or a draw from its
- * logits. */
+ * row's choice or draw (row_token); after a draft model's drafts, a draw
+ * from its logits with the generator's next uniform. */
 static int32_t target_token(struct generation *g, int i)
 {
-    if (!session_logits(g->s, i))
-        return session_token(g->s, i);
+    if (g->is_greedy || rows_are_draws(g))
+        return row_token(g, i);
     sample_probs(&g->p->sampling, session_logits(g->s, i), g->n_vocab,
                  g->probs, (int32_t *)g->scratch);
     return sample_from(g->probs, g->n_vocab, &g->rng);
@@ -261,8 +305,7 @@ static int step(struct generation *g, struct kk_error *err)
         return -1;
     double t0 = now_seconds();
     struct be_draw draw;
-    uint64_t u53;
-    const enum forward_out out = rows_wanted(g, g->prop.n, &draw, &u53);
+    const enum forward_out out = rows_wanted(g, g->prop.n, &draw);
     if (session_append_eval(s, g->prop.ids, g->prop.n, g->prop.n + 1, out,
                             &draw, NULL, NULL, err))
         return -1;
@@ -272,6 +315,7 @@ static int step(struct generation *g, struct kk_error *err)
         n_acc++;
     if (n_acc == g->prop.n)
         next = target_token(g, n_acc);
+    take_uniforms(g, n_acc + 1);
     /* Keep pending + accepted drafts; the new token becomes pending. */
     kk_session_trim(s, n_before + n_acc);
     double now = now_seconds(), verify_s = now - t0;
@@ -361,8 +405,7 @@ static int start(struct generation *g, const int32_t *prompt, int n_prompt,
     }
     double t0 = now_seconds();
     struct be_draw draw;
-    uint64_t u53;
-    const enum forward_out out = rows_wanted(g, 0, &draw, &u53);
+    const enum forward_out out = rows_wanted(g, 0, &draw);
     if (session_append_eval(s, prompt, n_prompt, 1, out, &draw, NULL, NULL,
                             err))
         return -1;
@@ -374,6 +417,7 @@ static int start(struct generation *g, const int32_t *prompt, int n_prompt,
     if (g->st.prefill_seconds > 0)
         g->st.prefill_tok_per_s = n_prompt / g->st.prefill_seconds;
     int32_t first = target_token(g, 0);
+    take_uniforms(g, 1);
     if (session_push(s, &first, 1, err))
         return -1;
     g->st.accepted_by[KK_PROPOSER_TARGET]++;

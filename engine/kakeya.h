@@ -269,7 +269,9 @@ typedef bool (*kk_token_fn)(void *ud, int32_t id, const char *text,
 /* Evaluates the prompt (appended to what the session holds) and generates
  * up to n_predict tokens, speculatively when p->spec says so. With greedy
  * sampling the output is token for token the plain greedy output; with
- * temperature, rejection sampling keeps the target's distribution. When it
+ * temperature, rejection sampling of a draft model's tokens keeps the
+ * target's distribution, and with the n-gram's drafts the output is token
+ * for token the plain sampled output of the same seed. When it
  * returns, the session's cache holds exactly the committed tokens (the
  * prompt and everything generated, the last token included). */
 int kk_generate(struct kk_session *s, const int32_t *prompt, int n_prompt,

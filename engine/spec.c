@@ -6,14 +6,14 @@
 bool spec_accept(const float *p, const float *q, int32_t d, int32_t n,
                  uint64_t *rng, float *resid, int32_t *out)
 {
-    double qd = q ? q[d] : 1.0;
+    const double qd = q[d];
     if (qd > 0.0 && sample_uniform(rng) * qd < p[d]) {
         *out = d;
         return true;
     }
     double total = 0.0;
     for (int32_t v = 0; v < n; v++) {
-        double r = p[v] - (q ? q[v] : v == d ? 1.0 : 0.0);
+        double r = (double)p[v] - q[v];
         resid[v] = r > 0.0 ? (float)r : 0.0f;
         total += resid[v];
     }

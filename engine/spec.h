@@ -6,7 +6,8 @@
  * max(0, p - q) renormalised. The token that comes out is distributed
  * exactly as p, whatever q is (Leviathan et al. 2023; Chen et al. 2023) —
  * tests/test_spec.c checks this with a chi-square test on real models.
- * q == NULL means a deterministic proposer: q is 1 at d. */
+ * A deterministic proposer's token (q is 1 at d) needs no rule of its own:
+ * the target's own draw decides it (generate.c). */
 #ifndef KK_SPEC_H
 #define KK_SPEC_H
 

@@ -61,19 +61,31 @@ static struct kk_session *new_session(struct kk_model *m)
     return s;
 }
 
-static void generate(struct kk_model *m, struct kk_session *draft,
-                     const int32_t *prompt, int n_prompt,
-                     enum kk_spec_mode mode, int block, struct run *out,
-                     struct kk_stats *st)
+/* Greedy generation of N_GEN tokens, or sampled as `sampling` says. */
+static void generate_with(struct kk_model *m, struct kk_session *draft,
+                          const int32_t *prompt, int n_prompt,
+                          enum kk_spec_mode mode, int block,
+                          const struct kk_sampling *sampling,
+                          struct run *out, struct kk_stats *st)
 {
     struct kk_session *s = new_session(m);
     struct kk_generate_params gp = {.n_predict = N_GEN, .spec = mode,
                                     .draft = draft, .block = block};
+    if (sampling)
+        gp.sampling = *sampling;
     struct kk_error err;
     out->n = 0;
     if (kk_generate(s, prompt, n_prompt, &gp, collect, out, st, &err))
         fail_msg("%s", err.msg);
     kk_session_free(s);
+}
+
+static void generate(struct kk_model *m, struct kk_session *draft,
+                     const int32_t *prompt, int n_prompt,
+                     enum kk_spec_mode mode, int block, struct run *out,
+                     struct kk_stats *st)
+{
+    generate_with(m, draft, prompt, n_prompt, mode, block, NULL, out, st);
 }
 
 static const char *const prompts[] = {
@@ -125,6 +137,65 @@ static void check_lossless(const char *model, const int *blocks, int n_blocks)
         }
     }
     kk_model_close(m);
+}
+
+/* Sampled generation with the n-gram's drafts commits plain sampled
+ * generation's tokens, one seed, token for token: a row's draw takes the
+ * uniform plain decoding takes at its position, and a draft is accepted
+ * when the draw is the draft (generate.c). At a low temperature and a
+ * repetitive prompt drafts are accepted too, which the test asserts. */
+static void check_sampled_ngram_lossless(const char *model, const int *blocks,
+                                         int n_blocks)
+{
+    struct kk_model *m = testutil_open_golden(model);
+    if (!m)
+        skip();
+    const struct kk_sampling temps[] = {
+        {.temperature = 0.8f, .top_p = 0.9f, .seed = 5},
+        {.temperature = 0.2f, .top_p = 1.0f, .seed = 6},
+    };
+    int proposed = 0, accepted = 0;
+    for (size_t pi = 0; pi < sizeof prompts / sizeof prompts[0]; pi++) {
+        int32_t prompt[256];
+        int n_prompt = testutil_prompt(m, prompts[pi], prompt);
+        for (size_t ti = 0; ti < sizeof temps / sizeof temps[0]; ti++) {
+            struct run plain, spec;
+            struct kk_stats st;
+            generate_with(m, NULL, prompt, n_prompt, KK_SPEC_OFF, 0,
+                          &temps[ti], &plain, &st);
+            assert_int_equal(plain.n, N_GEN);
+            for (int bi = 0; bi < n_blocks; bi++) {
+                generate_with(m, NULL, prompt, n_prompt, KK_SPEC_NGRAM,
+                              blocks[bi], &temps[ti], &spec, &st);
+                assert_int_equal(spec.n, plain.n);
+                for (int i = 0; i < plain.n; i++)
+                    if (spec.ids[i] != plain.ids[i])
+                        fail_msg("%s, T %g, block %d: token %d is %d, plain "
+                                 "sampling's %d", model,
+                                 temps[ti].temperature, blocks[bi], i,
+                                 spec.ids[i], plain.ids[i]);
+                proposed += st.n_proposed;
+                accepted += st.n_accepted;
+            }
+        }
+    }
+    printf("  %s: %d drafts proposed, %d accepted\n", model, proposed,
+           accepted);
+    assert_true(accepted > 0);
+    assert_true(accepted < proposed);
+    kk_model_close(m);
+}
+
+static void test_sampled_ngram_spec_equals_plain_llama256(void **state)
+{
+    check_sampled_ngram_lossless("llama256-f32", all_blocks,
+                                 (int)(sizeof all_blocks / sizeof(int)));
+}
+
+static void test_sampled_ngram_spec_equals_plain_smollm2(void **state)
+{
+    check_sampled_ngram_lossless("llama-smollm2-f32", some_blocks,
+                                 (int)(sizeof some_blocks / sizeof(int)));
 }
 
 static void test_greedy_spec_equals_plain_llama256(void **state)
@@ -278,15 +349,14 @@ static double chi_critical(int df)
     return k * t * t * t;
 }
 
-static void check_sampling(const float *p, const float *q, int n,
-                           int32_t fixed_draft)
+static void check_sampling(const float *p, const float *q, int n)
 {
     enum { TRIALS = 200000 };
     int *counts = calloc((size_t)n, sizeof(int));
     float *resid = malloc(sizeof(float) * (size_t)n);
     uint64_t rng = kk_rng_seed(2024);
     for (int t = 0; t < TRIALS; t++) {
-        int32_t d = q ? sample_from(q, n, &rng) : fixed_draft, out;
+        int32_t d = sample_from(q, n, &rng), out;
         spec_accept(p, q, d, n, &rng, resid, &out);
         counts[out]++;
     }
@@ -313,9 +383,8 @@ static void test_rejection_sampling_keeps_target_distribution(void **state)
     float *qc = next_token_probs(close, text, &n);
     float *qf = next_token_probs(far, text, &n);
 
-    check_sampling(p, qc, n, 0);           /* a close draft */
-    check_sampling(p, qf, n, 0);           /* a far draft */
-    check_sampling(p, NULL, n, sample_argmax(qf, n)); /* n-gram style */
+    check_sampling(p, qc, n);   /* a close draft */
+    check_sampling(p, qf, n);   /* a far draft */
 
     /* The test has teeth: the far draft's own samples fail it. */
     enum { TRIALS = 200000 };
@@ -471,6 +540,8 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_greedy_spec_equals_plain_llama256),
+        cmocka_unit_test(test_sampled_ngram_spec_equals_plain_llama256),
+        cmocka_unit_test(test_sampled_ngram_spec_equals_plain_smollm2),
         cmocka_unit_test(test_greedy_spec_equals_plain_smollm2),
         cmocka_unit_test(test_greedy_spec_equals_plain_qwen3),
         cmocka_unit_test(test_greedy_spec_equals_plain_gemma3),

@@ -7,7 +7,9 @@
  *     continuations, full-vocabulary rows);
  *   - speculative greedy output is the plain greedy output, token for token,
  *     for the n-gram and draft proposers and several block lengths, also
- *     past 512 positions, where attention splits a row;
+ *     past 512 positions, where attention splits a row; and sampled output
+ *     with the n-gram's drafts is plain sampled output, one seed, drawn
+ *     on the device and on the host;
  *   - a sliding-window ring cache gives the logits of a full cache over a
  *     context many times the window, with speculative trims in between;
  *   - a checkpoint saved from the device and restored into a new session
@@ -103,16 +105,29 @@ static bool collect(void *ud, int32_t id, const char *text,
     return true;
 }
 
+/* Greedy generation of N_GEN tokens, or sampled as `sampling` says (then
+ * *st gets the run's figures). */
+static void generate_with(struct kk_session *s, struct kk_session *draft,
+                          const int32_t *prompt, int n_prompt,
+                          enum kk_spec_mode mode, int block,
+                          const struct kk_sampling *sampling,
+                          struct run *out, struct kk_stats *st)
+{
+    struct kk_generate_params gp = {.n_predict = N_GEN, .spec = mode,
+                                    .draft = draft, .block = block};
+    if (sampling)
+        gp.sampling = *sampling;
+    struct kk_error err = {{0}};
+    out->n = 0;
+    if (kk_generate(s, prompt, n_prompt, &gp, collect, out, st, &err))
+        fail_msg("%s", err.msg);
+}
+
 static void generate(struct kk_session *s, struct kk_session *draft,
                      const int32_t *prompt, int n_prompt,
                      enum kk_spec_mode mode, int block, struct run *out)
 {
-    struct kk_generate_params gp = {.n_predict = N_GEN, .spec = mode,
-                                    .draft = draft, .block = block};
-    struct kk_error err = {{0}};
-    out->n = 0;
-    if (kk_generate(s, prompt, n_prompt, &gp, collect, out, NULL, &err))
-        fail_msg("%s", err.msg);
+    generate_with(s, draft, prompt, n_prompt, mode, block, NULL, out, NULL);
 }
 
 static const char *const prompt_text =
@@ -191,6 +206,61 @@ static void test_speculative_greedy_equals_plain_past_attention_splits(
     for (int i = 1; i < 500; i++)
         prompt[i] = unit[1 + (i - 1) % (n_unit - 1)];
     check_speculative_equals_plain_after(m, prompt, 500, 1024);
+    kk_model_close(m);
+}
+
+/* Sampled generation with the n-gram's drafts gives plain sampled
+ * generation's tokens on the Vulkan backend, one seed: every row of a
+ * verify block drawn on the device (sample.comp, several rows a pass),
+ * and with KAKEYA_VK_SAMPLE=0 from the logits on the host. Drafts are
+ * accepted at the low temperature, which the test asserts. */
+static void check_sampled_ngram_equals_plain(struct kk_model *m,
+                                             const int32_t *prompt,
+                                             int n_prompt)
+{
+    const struct kk_sampling temps[] = {
+        {.temperature = 0.8f, .top_p = 0.9f, .seed = 5},
+        {.temperature = 0.2f, .top_p = 1.0f, .seed = 6},
+    };
+    static const int blocks[] = {0, 1, 4, 16};
+    int accepted = 0;
+    for (size_t ti = 0; ti < sizeof temps / sizeof temps[0]; ti++) {
+        struct run plain, spec;
+        struct kk_stats st;
+        struct kk_session *s =
+            new_session_ctx(m, KK_BACKEND_VULKAN, KK_KV_F16, false, 512);
+        generate_with(s, NULL, prompt, n_prompt, KK_SPEC_OFF, 0, &temps[ti],
+                      &plain, &st);
+        kk_session_free(s);
+        assert_int_equal(plain.n, N_GEN);
+        for (size_t bi = 0; bi < sizeof blocks / sizeof blocks[0]; bi++) {
+            s = new_session_ctx(m, KK_BACKEND_VULKAN, KK_KV_F16, false, 512);
+            generate_with(s, NULL, prompt, n_prompt, KK_SPEC_NGRAM,
+                          blocks[bi], &temps[ti], &spec, &st);
+            kk_session_free(s);
+            assert_int_equal(spec.n, plain.n);
+            for (int i = 0; i < plain.n; i++)
+                if (spec.ids[i] != plain.ids[i])
+                    fail_msg("T %g, block %d: token %d is %d, plain "
+                             "sampling's %d", temps[ti].temperature,
+                             blocks[bi], i, spec.ids[i], plain.ids[i]);
+            accepted += st.n_accepted;
+        }
+    }
+    assert_true(accepted > 0);
+}
+
+static void test_sampled_ngram_speculation_equals_plain_on_vulkan(
+    void **state)
+{
+    (void)state;
+    struct kk_model *m = golden_on_device("llama256-Q8_0");
+    int32_t prompt[256];
+    int n_prompt = testutil_prompt(m, prompt_text, prompt);
+    check_sampled_ngram_equals_plain(m, prompt, n_prompt);
+    setenv("KAKEYA_VK_SAMPLE", "0", 1);
+    check_sampled_ngram_equals_plain(m, prompt, n_prompt);
+    unsetenv("KAKEYA_VK_SAMPLE");
     kk_model_close(m);
 }
 
@@ -355,6 +425,8 @@ int main(void)
         cmocka_unit_test(test_cache_types_give_the_cpu_tokens_on_vulkan),
         cmocka_unit_test(test_greedy_choices_are_the_logits_argmax_on_vulkan),
         cmocka_unit_test(test_sampled_draws_are_the_hosts_on_vulkan),
+        cmocka_unit_test(
+            test_sampled_ngram_speculation_equals_plain_on_vulkan),
     };
     for (size_t i = 0; i < sizeof more / sizeof more[0]; i++)
         tests[n++] = more[i];
