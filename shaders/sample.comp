@@ -66,7 +66,7 @@
 #define C_B2 8u        /* the same two levels down: rank >> 10 */
 #define C_ABOVE2 9u
 #define C_RLAST 11u    /* r*: the rank of the last token kept */
-#define C_TIES 12u     /* 64 bits: the tokens of rank r* kept */
+#define C_TIES 12u     /* 64 bits: the tokens of rank r* kept (at most 2^18) */
 #define C_KEPT 14u     /* 64 bits: the kept mass */
 #define C_VLAST 16u    /* 64 bits: the mass of a token of rank r* */
 #define AT_MAX (AT_CONST + 32u)
@@ -481,7 +481,7 @@ void phase_draw(uint row, uint row_at, uint base, uint lane)
 {
     const uint c = row_at + AT_CONST;
     const uint r_last = S[c + C_RLAST];
-    const uint ties = S[c + C_TIES];   /* at most VK_SAMPLE_MAX_WIDTH */
+    const uint ties = S[c + C_TIES];   /* its low word: at most 2^18 */
     const uint64_t kept = load64(c + C_KEPT);
     const uint64_t v_last = load64(c + C_VLAST);
     const uint parts = (pc.width + SAMPLE_PART - 1u) / SAMPLE_PART;
