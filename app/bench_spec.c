@@ -31,8 +31,7 @@ struct prompt {
 struct mode_total {
     const char *name;
     enum kk_spec_mode mode;
-    bool sampled;
-    int plain;      /* the mode (index) whose output this one must equal */
+    bool sampled;   /* else greedy; compared with the plain run of its kind */
     int tokens, steps, proposed, accepted;
     double seconds;
     bool is_lossless;
@@ -132,10 +131,16 @@ static int run_once(const struct spec_bench_options *o, struct kk_model *m,
     return rc;
 }
 
+/* tok/s of a mode's totals. */
+static double tok_per_s(const struct mode_total *t)
+{
+    return t->seconds > 0 ? t->tokens / t->seconds : 0.0;
+}
+
 static cJSON *mode_json(const struct mode_total *t, double plain_tok_per_s)
 {
     cJSON *j = cJSON_CreateObject();
-    double tps = t->seconds > 0 ? t->tokens / t->seconds : 0.0;
+    double tps = tok_per_s(t);
     cJSON_AddStringToObject(j, "mode", t->name);
     if (t->sampled) {
         cJSON_AddNumberToObject(j, "temperature", bench_sampling.temperature);
@@ -154,12 +159,6 @@ static cJSON *mode_json(const struct mode_total *t, double plain_tok_per_s)
     return j;
 }
 
-/* tok/s of a mode's totals. */
-static double tok_per_s(const struct mode_total *t)
-{
-    return t->seconds > 0 ? t->tokens / t->seconds : 0.0;
-}
-
 /* All modes over one prompt set. */
 static int bench_set(const struct spec_bench_options *o, struct kk_model *m,
                      struct kk_model *dm, const char *name,
@@ -167,26 +166,20 @@ static int bench_set(const struct spec_bench_options *o, struct kk_model *m,
                      struct kk_error *err)
 {
     struct mode_total all[] = {
-        {"plain", KK_SPEC_OFF, false, 0, 0, 0, 0, 0, 0, true},
-        {"ngram", KK_SPEC_NGRAM, false, 0, 0, 0, 0, 0, 0, true},
-        {"draft", KK_SPEC_DRAFT, false, 0, 0, 0, 0, 0, 0, true},
-        {"auto", KK_SPEC_AUTO, false, 0, 0, 0, 0, 0, 0, true},
-        {"plain_sampled", KK_SPEC_OFF, true, 0, 0, 0, 0, 0, 0, true},
-        {"ngram_sampled", KK_SPEC_NGRAM, true, 0, 0, 0, 0, 0, 0, true},
+        {"plain", KK_SPEC_OFF, false, 0, 0, 0, 0, 0, true},
+        {"ngram", KK_SPEC_NGRAM, false, 0, 0, 0, 0, 0, true},
+        {"draft", KK_SPEC_DRAFT, false, 0, 0, 0, 0, 0, true},
+        {"auto", KK_SPEC_AUTO, false, 0, 0, 0, 0, 0, true},
+        {"plain_sampled", KK_SPEC_OFF, true, 0, 0, 0, 0, 0, true},
+        {"ngram_sampled", KK_SPEC_NGRAM, true, 0, 0, 0, 0, 0, true},
     };
-    /* without a draft model, the modes that need none; each mode's plain
-     * is the last plain before it */
+    /* without a draft model, the modes that need none */
     struct mode_total totals[sizeof all / sizeof all[0]];
-    int n_modes = 0, last_plain = 0;
-    for (size_t k = 0; k < sizeof all / sizeof all[0]; k++) {
-        if (!dm && (all[k].mode == KK_SPEC_DRAFT ||
-                    all[k].mode == KK_SPEC_AUTO))
-            continue;
-        if (all[k].mode == KK_SPEC_OFF)
-            last_plain = n_modes;
-        totals[n_modes] = all[k];
-        totals[n_modes++].plain = last_plain;
-    }
+    int n_modes = 0;
+    for (size_t k = 0; k < sizeof all / sizeof all[0]; k++)
+        if (dm || (all[k].mode != KK_SPEC_DRAFT &&
+                   all[k].mode != KK_SPEC_AUTO))
+            totals[n_modes++] = all[k];
     static struct run_result plain[2], r;
     for (int i = 0; i < n_prompts; i++) {
         for (int k = 0; k < n_modes; k++) {
@@ -212,11 +205,14 @@ static int bench_set(const struct spec_bench_options *o, struct kk_model *m,
     cJSON *set = cJSON_CreateObject();
     cJSON_AddStringToObject(set, "prompts", name);
     cJSON_AddNumberToObject(set, "n_prompts", n_prompts);
+    double plain_tps[2] = {0.0, 0.0};   /* greedy, sampled */
+    for (int k = 0; k < n_modes; k++)
+        if (totals[k].mode == KK_SPEC_OFF)
+            plain_tps[totals[k].sampled] = tok_per_s(&totals[k]);
     cJSON *modes = cJSON_AddArrayToObject(set, "modes");
     for (int k = 0; k < n_modes; k++)
-        cJSON_AddItemToArray(modes,
-                             mode_json(&totals[k],
-                                       tok_per_s(&totals[totals[k].plain])));
+        cJSON_AddItemToArray(modes, mode_json(&totals[k],
+                                              plain_tps[totals[k].sampled]));
     cJSON_AddItemToArray(out, set);
     return 0;
 }

@@ -187,16 +187,21 @@ static void take_uniforms(struct generation *g, int used)
             sample_bits53(&g->rng);
 }
 
+/* Row i's distribution (from its logits) into g->probs. */
+static const float *row_probs(struct generation *g, int i)
+{
+    sample_probs(&g->p->sampling, session_logits(g->s, i), g->n_vocab,
+                 g->probs, (int32_t *)g->scratch);
+    return g->probs;
+}
+
 /* Row i's token where rows are choices or draws: the one the pass gave
  * back, or a draw from its logits with its uniform. */
 static int32_t row_token(struct generation *g, int i)
 {
-    const float *logits = session_logits(g->s, i);
-    if (!logits)
+    if (!session_logits(g->s, i))
         return session_token(g->s, i);
-    sample_probs(&g->p->sampling, logits, g->n_vocab, g->probs,
-                 (int32_t *)g->scratch);
-    return sample_pick(g->probs, g->n_vocab, g->u53[i]);
+    return sample_pick(row_probs(g, i), g->n_vocab, g->u53[i]);
 }
 
 /* Decides draft i against the target's row i: true to accept; otherwise
@@ -208,10 +213,8 @@ static bool verify_token(struct generation *g, int i, int32_t *out)
         *out = row_token(g, i);
         return *out == d;
     }
-    const float *logits = session_logits(g->s, i);
-    sample_probs(&g->p->sampling, logits, n, g->probs, (int32_t *)g->scratch);
-    return spec_accept(g->probs, g->prop.q + (size_t)i * (size_t)n, d, n,
-                       &g->rng, g->resid, out);
+    return spec_accept(row_probs(g, i), g->prop.q + (size_t)i * (size_t)n,
+                       d, n, &g->rng, g->resid, out);
 }
 
 /* The target's own token from its row i (bonus after a full match): the
@@ -221,9 +224,7 @@ static int32_t target_token(struct generation *g, int i)
 {
     if (g->is_greedy || rows_are_draws(g))
         return row_token(g, i);
-    sample_probs(&g->p->sampling, session_logits(g->s, i), g->n_vocab,
-                 g->probs, (int32_t *)g->scratch);
-    return sample_from(g->probs, g->n_vocab, &g->rng);
+    return sample_from(row_probs(g, i), g->n_vocab, &g->rng);
 }
 
 /* ---- committing ---- */

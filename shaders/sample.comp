@@ -299,6 +299,21 @@ uint64_t mul_high(uint64_t a, uint64_t b, uint shift)
     return ((ah * bh) << (64u - shift)) + (mid >> (shift - 32u));
 }
 
+/* Weights v's mass below rank r_last into *mass, and how many have rank
+ * r_last into *n_ties (weights of no mass count in neither). */
+void share_of(float v[LOADS], uint r_last, out uint64_t mass, out uint n_ties)
+{
+    mass = 0ul;
+    n_ties = 0u;
+    [[unroll]] for (uint k = 0u; k < LOADS; k++) {
+        const uint r = rank_of(v[k]);
+        const uint64_t f = fixed_of(v[k]);
+        if (f > 0ul && r < r_last)
+            mass += f;
+        n_ties += f > 0ul && r == r_last ? 1u : 0u;
+    }
+}
+
 /* 0: the part's largest logit; the part's share of the row's bins
  * cleared. */
 void phase_max(uint row_at, uint base, uint g, uint lane)
@@ -425,15 +440,9 @@ void phase_parts(uint row_at, uint base, uint g, uint lane)
     }
     float v[LOADS];
     weights_at(base, g * SAMPLE_PART + lane, v);
-    uint64_t mass = 0ul;
-    uint n_ties = 0u;
-    [[unroll]] for (uint k = 0u; k < LOADS; k++) {
-        const uint r = rank_of(v[k]);
-        const uint64_t f = fixed_of(v[k]);
-        if (f > 0ul && r < r_last)
-            mass += f;
-        n_ties += f > 0ul && r == r_last ? 1u : 0u;
-    }
+    uint64_t mass;
+    uint n_ties;
+    share_of(v, r_last, mass, n_ties);
     /* both in one sum: the part's mass is at most 2^40 SAMPLE_PART = 2^51,
      * its ties at most 2^11, so ties from bit 52 up never meet a carry */
     part[lane] = mass | uint64_t(n_ties) << 52u;
@@ -516,15 +525,9 @@ void phase_draw(uint row, uint row_at, uint base, uint lane)
     const uint i1 = min(i0 + LOADS, pc.width);
     float v[LOADS];
     chunk_at(base, i0, i1, v);
-    uint64_t mass = 0ul;
-    uint n_ties = 0u;
-    [[unroll]] for (uint k = 0u; k < LOADS; k++) {
-        const uint r = rank_of(v[k]);
-        const uint64_t f = fixed_of(v[k]);
-        if (f > 0ul && r < r_last)
-            mass += f;
-        n_ties += f > 0ul && r == r_last ? 1u : 0u;
-    }
+    uint64_t mass;
+    uint n_ties;
+    share_of(v, r_last, mass, n_ties);
     mass = kept_share(lane, mass, n_ties,
                       ties > part_ties ? ties - part_ties : 0u, v_last,
                       part_cum, ties_before, cum);

@@ -899,12 +899,6 @@ static bool nucleus_is_clear(const struct draw_case *c, const float *x,
            c->top_p - (kept - least) / all > 2e-6;
 }
 
-/* Moves the logits of a DRAW_LEVELS row (swaps only: the same values, so
- * the same nucleus mass and the same number of its ties kept) so that
- * the first tie the nucleus leaves out is token `at` and a kept token
- * follows it: with `at` a multiple of a large power of two, any cut of
- * the row into aligned pieces of a power of two puts both in one piece,
- * which a draw between them must walk. */
 static void swap_floats(float *a, float *b)
 {
     const float t = *a;
@@ -912,11 +906,24 @@ static void swap_floats(float *a, float *b)
     *b = t;
 }
 
-static void put_first_left_out_at(float *x, const float *probs, int n, int at)
+/* The smallest logit the nucleus keeps (probs from sample_probs). */
+static float nucleus_edge(const float *x, const float *probs, int n)
 {
     float edge = INFINITY;
     for (int i = 0; i < n; i++)
         edge = probs[i] > 0.0f && x[i] < edge ? x[i] : edge;
+    return edge;
+}
+
+/* Moves the logits of a DRAW_LEVELS row (swaps only: the same values, so
+ * the same nucleus mass and the same number of its ties kept) so that
+ * the first tie the nucleus leaves out is token `at` and a kept token
+ * follows it: with `at` a multiple of a large power of two, any cut of
+ * the row into aligned pieces of a power of two puts both in one piece,
+ * which a draw between them must walk. */
+static void put_first_left_out_at(float *x, const float *probs, int n, int at)
+{
+    const float edge = nucleus_edge(x, probs, n);
     int kept_ties = 0, before = 0;
     for (int i = 0; i < n; i++) {
         kept_ties += probs[i] > 0.0f && x[i] == edge;
@@ -1026,9 +1033,7 @@ static void check_sample(const struct draw_case *c)
     if (c->kind == DRAW_LEVELS) {
         /* the first kept token past the first tie the nucleus leaves out:
          * a draw that kept one tie too many would land before it */
-        float edge = INFINITY;
-        for (int i = 0; i < n; i++)
-            edge = probs[i] > 0.0f && x[i] < edge ? x[i] : edge;
+        const float edge = nucleus_edge(x, probs, n);
         int left_out = 0;
         while (left_out < n &&
                !(probs[left_out] == 0.0f && x[left_out] == edge))
