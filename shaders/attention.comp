@@ -170,6 +170,10 @@ layout(std430, binding = 2) readonly buffer VCache { uint vc[]; };
 layout(std430, binding = 3) readonly buffer KStage { uint ks[]; };
 layout(std430, binding = 4) readonly buffer VStage { uint vs[]; };
 #endif
+/* The cache's f16 rows read 8 and 4 values a load where they are aligned
+ * (`wide` below): the same words as kc and vc, fewer loads. */
+layout(std430, binding = 1) readonly buffer KCacheWide { uvec4 kc4[]; };
+layout(std430, binding = 2) readonly buffer VCacheWide { uvec2 vc2[]; };
 
 #include "attention_push.glsl"
 
@@ -202,6 +206,15 @@ shared float pool[POOL_WORDS];
     vec4(unpackHalf2x16(buf[((off) + 2u * (e)) >> 2u]),                      \
          unpackHalf2x16(buf[(((off) + 2u * (e)) >> 2u) + 1u]))
 #define FETCH_Q8(buf, off, e) fetch_q8_##buf(off, e)
+/* FETCH_F16 through buf's 8-byte view (vc2): one load, where off + 2 e
+ * is a multiple of 8 (`wide`). */
+#define FETCH_F16_WIDE(buf, off, e)                                          \
+    f16_pairs(buf##2[((off) + 2u * (e)) >> 3u])
+
+vec4 f16_pairs(uvec2 w)
+{
+    return vec4(unpackHalf2x16(w.x), unpackHalf2x16(w.y));
+}
 
 #define DEFINE_READERS(buf)                                                  \
     vec4 fetch_q8_##buf(uint off, uint e)                                    \
@@ -261,10 +274,27 @@ float fma_dot(vec4 a, vec4 b, float s)
     return r;
 }
 
+/* f_[0..7] = values e .. e+31 of the row at off of buf, 4 a vec4: eight
+ * fetches; or (LOAD_F16_WIDE, where off + 2 e is a multiple of 16) the
+ * same values from four 16-byte loads of buf's view kc4. A thread scores
+ * a key alone, so a subgroup's load touches as many rows as it has lanes:
+ * a quarter of the loads is a quarter of the rows' cache lines to walk
+ * (on the H200 the cache's keys were the most of a long row's time). */
+#define LOAD_EACH(FETCH, buf, off, e, f_)                                    \
+    [[unroll]] for (uint u_ = 0u; u_ < 8u; u_++)                             \
+        f_[u_] = FETCH(buf, off, (e) + 4u * u_);
+#define LOAD_F16_WIDE(FETCH, buf, off, e, f_)                                \
+    [[unroll]] for (uint u_ = 0u; u_ < 4u; u_++) {                           \
+        const uvec4 w_ = buf##4[((off) + 2u * ((e) + 8u * u_)) >> 4u];       \
+        f_[2u * u_] = f16_pairs(w_.xy);                                      \
+        f_[2u * u_ + 1u] = f16_pairs(w_.zw);                                 \
+    }
+
 /* s[q] = query head q . K-row head (values e0.., head_dim of them, a
- * multiple of 32 then of 4), 8 fetches issued before any is used; each
- * head's sums in the same order whatever NH. */
-#define DOT_LOOP(FETCH, buf, off, e0, s)                                     \
+ * multiple of 32 then of 4), 8 values' loads (LOAD) issued before any is
+ * used, the rest FETCHed 4 at a time; each head's sums in the same order
+ * whatever NH or LOAD. */
+#define DOT_LOOP(LOAD, FETCH, buf, off, e0, s)                               \
     {                                                                        \
         precise float s0_[NH], s1_[NH];                                      \
         [[unroll]] for (uint q_ = 0u; q_ < NH; q_++) {                       \
@@ -274,8 +304,7 @@ float fma_dot(vec4 a, vec4 b, float s)
         uint d_ = 0u;                                                        \
         for (; d_ + 32u <= pc.head_dim; d_ += 32u) {                         \
             vec4 f_[8];                                                      \
-            [[unroll]] for (uint u_ = 0u; u_ < 8u; u_++)                     \
-                f_[u_] = FETCH(buf, off, (e0) + d_ + 4u * u_);               \
+            LOAD(FETCH, buf, off, (e0) + d_, f_)                             \
             [[unroll]] for (uint u_ = 0u; u_ < 8u; u_ += 2u)                 \
                 [[unroll]] for (uint q_ = 0u; q_ < NH; q_++) {               \
                     const uint i_ = (d_ >> 2u) + u_;                         \
@@ -591,6 +620,10 @@ void main()
                        (pc.type == 1u && (pc.row_bytes & 3u) == 0u &&
                         (e0 & 1u) == 0u) ||
                        (pc.type == 2u && (pc.block & 3u) == 0u));
+    /* Whether the cache's f16 rows of this kv head can be read 8 values a
+     * load (kc4, vc2): each row and the head on 16 bytes. */
+    const bool wide = fast && pc.type == 1u && (pc.row_bytes & 15u) == 0u &&
+                      (e0 & 7u) == 0u;
 
     /* The batch's first position. */
     const uint first = pos_words[pc.pos_at];
@@ -699,19 +732,21 @@ void main()
                         DOT_SLOW(kc, off, e0, s)
                 } else if (pc.type == 1u) {
                     if (staged)
-                        DOT_LOOP(FETCH_F16, KS, off, s_e, s)
+                        DOT_LOOP(LOAD_EACH, FETCH_F16, KS, off, s_e, s)
+                    else if (wide)
+                        DOT_LOOP(LOAD_F16_WIDE, FETCH_F16, kc, off, e0, s)
                     else
-                        DOT_LOOP(FETCH_F16, kc, off, e0, s)
+                        DOT_LOOP(LOAD_EACH, FETCH_F16, kc, off, e0, s)
                 } else if (pc.type == 2u) {
                     if (staged)
-                        DOT_LOOP(FETCH_Q8, KS, off, s_e, s)
+                        DOT_LOOP(LOAD_EACH, FETCH_Q8, KS, off, s_e, s)
                     else
-                        DOT_LOOP(FETCH_Q8, kc, off, e0, s)
+                        DOT_LOOP(LOAD_EACH, FETCH_Q8, kc, off, e0, s)
                 } else {
                     if (staged)
-                        DOT_LOOP(FETCH_F32, KS, off, s_e, s)
+                        DOT_LOOP(LOAD_EACH, FETCH_F32, KS, off, s_e, s)
                     else
-                        DOT_LOOP(FETCH_F32, kc, off, e0, s)
+                        DOT_LOOP(LOAD_EACH, FETCH_F32, kc, off, e0, s)
                 }
             }
             /* 2. the chunk's maxima, probabilities, and what came before
@@ -760,7 +795,10 @@ void main()
                     V_SLOW(vc, part, cached, 0u, rb, e0)
                     V_SLOW(VS, jb, cnt, vs_base, s_stride, s_e)
                 } else if (pc.type == 1u) {
-                    V_LOOP(FETCH_F16, vc, part, cached, 0u, rb, e0)
+                    if (wide)
+                        V_LOOP(FETCH_F16_WIDE, vc, part, cached, 0u, rb, e0)
+                    else
+                        V_LOOP(FETCH_F16, vc, part, cached, 0u, rb, e0)
                     V_LOOP(FETCH_F16, VS, jb, cnt, vs_base, s_stride, s_e)
                 } else if (pc.type == 2u) {
                     V_LOOP(FETCH_Q8, vc, part, cached, 0u, rb, e0)
