@@ -277,9 +277,11 @@ float fma_dot(vec4 a, vec4 b, float s)
 /* f_[0..7] = values e .. e+31 of the row at off of buf, 4 a vec4: eight
  * fetches; or (LOAD_F16_WIDE, where off + 2 e is a multiple of 16) the
  * same values from four 16-byte loads of buf's view kc4. A thread scores
- * a key alone, so a subgroup's load touches as many rows as it has lanes:
- * a quarter of the loads is a quarter of the rows' cache lines to walk
- * (on the H200 the cache's keys were the most of a long row's time). */
+ * a key alone, so each load of a subgroup touches as many rows as it has
+ * lanes, and a quarter of the loads is a quarter of the rows' lines to
+ * walk: on the H200 (1B shape, f16 cache, decoding after 8,000
+ * positions) attention_rope took 30 us a layer against 55 with the
+ * word-by-word fetches, and a token 1.39 ms against 1.77-1.80. */
 #define LOAD_EACH(FETCH, buf, off, e, f_)                                    \
     [[unroll]] for (uint u_ = 0u; u_ < 8u; u_++)                             \
         f_[u_] = FETCH(buf, off, (e) + 4u * u_);
