@@ -1696,11 +1696,17 @@ static void test_attention_full_cache_matches_cpu(void **state)
      * arrays; the decode shape (head_dim 64, f16, groups of 4) */
     const struct attention_case c5 = {KV_F16, 8, 2, 64, 1200, 0, 0, 0, 0,
                                       1090, 9};
+    /* head_dim 68, rows of 272 bytes: kv head 0 sits on 16 bytes and is
+     * read 8 values a load, kv head 1 (byte 136) a word at a time, in one
+     * dispatch; 68 = 2 x 32 + 4 takes the dot product's tail too */
+    const struct attention_case c6 = {KV_F16, 4, 2, 68, 300, 0, 0, 0, 0, 200,
+                                      3};
     check_attention(&c1);
     check_attention(&c2);
     check_attention(&c3);
     check_attention(&c4);
     check_attention(&c5);
+    check_attention(&c6);
 }
 
 static void test_attention_ring_cache_after_wrap_matches_cpu(void **state)
