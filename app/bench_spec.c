@@ -180,7 +180,8 @@ static int bench_set(const struct spec_bench_options *o, struct kk_model *m,
         if (dm || (all[k].mode != KK_SPEC_DRAFT &&
                    all[k].mode != KK_SPEC_AUTO))
             totals[n_modes++] = all[k];
-    static struct run_result plain[2], r;
+    /* each mode's plain run of its kind (greedy, sampled) comes first */
+    struct run_result plain[2] = {0}, r = {0};
     for (int i = 0; i < n_prompts; i++) {
         for (int k = 0; k < n_modes; k++) {
             struct mode_total *t = &totals[k];

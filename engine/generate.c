@@ -144,13 +144,21 @@ static int propose(struct generation *g, int L, struct kk_error *err)
 
 /* ---- verifying ---- */
 
+/* Whether the step's drafts are a draft model's, sampled: decided by
+ * spec_accept from each row's distribution. Every other step's rows are
+ * decided by their own token, a greedy choice or a draw. */
+static bool rows_rejection_sampled(const struct generation *g)
+{
+    return !g->is_greedy && g->prop.n > 0 &&
+           g->prop.by == KK_PROPOSER_DRAFT;
+}
+
 /* Whether the step's rows are decided by draws of their own: sampling
  * with no drafts or with point-mass ones (the n-gram's), row i drawn with
- * g->u53[i]. A draft model's drafts are decided by spec_accept. */
+ * g->u53[i]. */
 static bool rows_are_draws(const struct generation *g)
 {
-    return !g->is_greedy &&
-           (g->prop.n == 0 || g->prop.by != KK_PROPOSER_DRAFT);
+    return !g->is_greedy && !rows_rejection_sampled(g);
 }
 
 /* What an evaluation asks of the target's rows: greedy decoding needs only
@@ -209,7 +217,7 @@ static int32_t row_token(struct generation *g, int i)
 static bool verify_token(struct generation *g, int i, int32_t *out)
 {
     const int32_t d = g->prop.ids[i], n = g->n_vocab;
-    if (g->is_greedy || rows_are_draws(g)) {
+    if (!rows_rejection_sampled(g)) {
         *out = row_token(g, i);
         return *out == d;
     }
@@ -222,7 +230,7 @@ static bool verify_token(struct generation *g, int i, int32_t *out)
  * from its logits with the generator's next uniform. */
 static int32_t target_token(struct generation *g, int i)
 {
-    if (g->is_greedy || rows_are_draws(g))
+    if (!rows_rejection_sampled(g))
         return row_token(g, i);
     return sample_from(row_probs(g, i), g->n_vocab, &g->rng);
 }
