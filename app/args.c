@@ -115,6 +115,25 @@ void args_overflow(struct args *a, enum overflow_policy *out)
     a->failed = true;
 }
 
+void args_kv_type(struct args *a, enum kk_kv_type *out)
+{
+    static const struct {
+        const char *name;
+        enum kk_kv_type type;
+    } types[] = {{"f16", KK_KV_F16}, {"f32", KK_KV_F32}, {"q8_0", KK_KV_Q8_0}};
+    const char *v = args_value(a);
+    for (size_t i = 0; v && i < sizeof types / sizeof types[0]; i++) {
+        if (!strcmp(v, types[i].name)) {
+            *out = types[i].type;
+            return;
+        }
+    }
+    if (v)
+        fprintf(stderr, "%s: --kv wants f16, f32 or q8_0, not '%s'\n",
+                a->cmd, v);
+    a->failed = true;
+}
+
 static void parse_backend(struct args *a, enum kk_backend *out)
 {
     const char *v = args_value(a);

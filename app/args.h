@@ -38,6 +38,10 @@ uint64_t args_u64(struct args *a);
 enum overflow_policy;
 void args_overflow(struct args *a, enum overflow_policy *out);
 
+/* --kv f16|f32|q8_0: the KV cache's type (run and bench). */
+enum kk_kv_type;
+void args_kv_type(struct args *a, enum kk_kv_type *out);
+
 /* --backend cpu|vulkan|auto and --device N, the options every command that
  * computes takes: returns true (having read the value into p) when the
  * current option is one of them. */

@@ -7,7 +7,9 @@
  * 1 token) for L = 1..16 — the price of checking a draft block of L tokens.
  * Decode and c(L) are measured after a prompt of --context N tokens
  * (default 256): past a few hundred, attention's share of a step grows
- * with the context. Each timing is the median of several repetitions.
+ * with the context; --kv f16|f32|q8_0 picks the KV cache's type (default
+ * f16), since that is what attention reads. Each timing is the median of
+ * several repetitions.
  * Decode and c(L) are measured twice: with the logits of the rows coming
  * back (what sampling needs) and with only their argmax
  * (kk_session_eval_greedy: what greedy decoding needs, which a GPU makes
@@ -105,6 +107,7 @@ struct bench_options {
     enum kk_backend backend;
     int device;
     double bandwidth_gbs;   /* 0: measure the host's */
+    enum kk_kv_type kv_type;
     int n_prefill;
     int n_decode;
     int reps;
@@ -325,12 +328,15 @@ static int run_bench(const struct bench_options *o, cJSON *out,
     int n_ctx = o->n_prefill + o->n_decode + 64;
     struct kk_session_params sp = {.n_ctx = n_ctx, .n_threads = o->n_threads,
                                    .max_batch = 256, .backend = o->backend,
-                                   .device = o->device};
+                                   .device = o->device, .kv_type = o->kv_type};
     ids = malloc(sizeof(int32_t) * (size_t)n_ctx);
     if (!ids || kk_session_new(m, &sp, &s, err))
         goto done;
     fill_tokens(ids, n_ctx, info.n_vocab);
     cJSON_AddStringToObject(out, "backend", kk_session_backend(s));
+    struct kk_kv_info kv;
+    kk_session_kv_info(s, &kv);
+    cJSON_AddStringToObject(out, "kv_type", kv.type);
 
     double t_pre;
     if (warm_up(s, ids, o->n_prefill, err))
@@ -452,6 +458,8 @@ int cmd_bench(int argc, char **argv)
             ro.needles = args_value(&a);
         else if (args_is(&a, NULL, "--bandwidth"))
             o.bandwidth_gbs = args_float(&a, 0.1, 1e6);
+        else if (args_is(&a, NULL, "--kv"))
+            args_kv_type(&a, &o.kv_type);
         else if (args_backend_option(&a, &o.backend, &o.device))
             ;
         else if (a.opt[0] != '-' && !o.model)

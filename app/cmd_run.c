@@ -46,22 +46,6 @@ static void parse_spec(struct args *a, struct run_options *o)
     a->failed = true;
 }
 
-static void parse_kv_type(struct args *a, struct run_options *o)
-{
-    static const char *names[] = {"f16", "f32", "q8_0"};
-    const char *v = args_value(a);
-    for (int i = 0; v && i < 3; i++) {
-        if (!strcmp(v, names[i])) {
-            o->sess.kv_type = (enum kk_kv_type)i;
-            return;
-        }
-    }
-    if (v)
-        fprintf(stderr, "kakeya run: --kv wants f16, f32 or q8_0, not '%s'\n",
-                v);
-    a->failed = true;
-}
-
 static int parse_run(int argc, char **argv, struct run_options *o)
 {
     struct args a;
@@ -102,7 +86,7 @@ static int parse_run(int argc, char **argv, struct run_options *o)
         else if (args_is(&a, NULL, "--spec"))
             parse_spec(&a, o);
         else if (args_is(&a, NULL, "--kv"))
-            parse_kv_type(&a, o);
+            args_kv_type(&a, &o->sess.kv_type);
         else if (args_is(&a, NULL, "--kv-window"))
             o->sess.kv_window = args_int(&a, 1, 1 << 20);
         else if (args_is(&a, NULL, "--kv-sinks"))
