@@ -170,10 +170,11 @@ layout(std430, binding = 2) readonly buffer VCache { uint vc[]; };
 layout(std430, binding = 3) readonly buffer KStage { uint ks[]; };
 layout(std430, binding = 4) readonly buffer VStage { uint vs[]; };
 #endif
-/* The cache's f16 rows read 8 and 4 values a load where they are aligned
- * (`wide` below): the same words as kc and vc, fewer loads. */
+/* The cache's f16 and f32 rows read 16 or 8 bytes a load where they are
+ * aligned (`wide` below): the same words as kc and vc, fewer loads. */
 layout(std430, binding = 1) readonly buffer KCacheWide { uvec4 kc4[]; };
 layout(std430, binding = 2) readonly buffer VCacheWide { uvec2 vc2[]; };
+layout(std430, binding = 2) readonly buffer VCacheWide4 { uvec4 vc4[]; };
 
 #include "attention_push.glsl"
 
@@ -207,9 +208,12 @@ shared float pool[POOL_WORDS];
          unpackHalf2x16(buf[(((off) + 2u * (e)) >> 2u) + 1u]))
 #define FETCH_Q8(buf, off, e) fetch_q8_##buf(off, e)
 /* FETCH_F16 through buf's 8-byte view (vc2): one load, where off + 2 e
- * is a multiple of 8 (`wide`). */
+ * is a multiple of 8 (`wide`); FETCH_F32 through its 16-byte view (vc4),
+ * where off + 4 e is a multiple of 16. */
 #define FETCH_F16_WIDE(buf, off, e)                                          \
     f16_pairs(buf##2[((off) + 2u * (e)) >> 3u])
+#define FETCH_F32_WIDE(buf, off, e)                                          \
+    uintBitsToFloat(buf##4[((off) + 4u * (e)) >> 4u])
 
 vec4 f16_pairs(uvec2 w)
 {
@@ -290,6 +294,32 @@ float fma_dot(vec4 a, vec4 b, float s)
         const uvec4 w_ = buf##4[((off) + 2u * ((e) + 8u * u_)) >> 4u];       \
         f_[2u * u_] = f16_pairs(w_.xy);                                      \
         f_[2u * u_ + 1u] = f16_pairs(w_.zw);                                 \
+    }
+/* f32 rows (`wide`: off + 4 e a multiple of 16): eight 16-byte loads
+ * instead of 32 of a word. */
+#define LOAD_F32_WIDE(FETCH, buf, off, e, f_)                                \
+    [[unroll]] for (uint u_ = 0u; u_ < 8u; u_++)                             \
+        f_[u_] = uintBitsToFloat(buf##4[((off) + 4u * ((e) + 4u * u_)) >> 4u]);
+/* q8_0 rows of blocks of 32 (e on a block: `q8_blocks`): the block's 34
+ * bytes as the 9 words that hold them, where FETCH_Q8 read two words for
+ * each 4 quants and the scale again each time (32 loads). The block starts
+ * on an even byte (34-byte blocks from a word), so its quants start on a
+ * word (r_ = 2) or 2 bytes into one (r_ = 0); each word of quants and the
+ * scale are the bits KK_U32 and KK_U16 read, times the scale as FETCH_Q8
+ * multiplies them. */
+#define LOAD_Q8_BLOCK(FETCH, buf, off, e, f_)                                \
+    {                                                                        \
+        const uint bb_ = (off) + ((e) >> 5u) * 34u, r_ = bb_ & 3u;          \
+        uint w_[9];                                                          \
+        [[unroll]] for (uint i_ = 0u; i_ < 9u; i_++)                         \
+            w_[i_] = buf[(bb_ >> 2u) + i_];                                  \
+        const float sc_ = kk_f16_to_f32((w_[0] >> (r_ << 3u)) & 0xffffu);   \
+        [[unroll]] for (uint u_ = 0u; u_ < 8u; u_++) {                       \
+            const uint q_ = r_ == 0u ? (w_[u_] >> 16u) | (w_[u_ + 1u] << 16u) \
+                                     : w_[u_ + 1u];                          \
+            f_[u_] = sc_ * vec4(kk_sbyte(q_, 0u), kk_sbyte(q_, 1u),          \
+                                kk_sbyte(q_, 2u), kk_sbyte(q_, 3u));         \
+        }                                                                    \
     }
 
 /* s[q] = query head q . K-row head (values e0.., head_dim of them, a
@@ -622,10 +652,14 @@ void main()
                        (pc.type == 1u && (pc.row_bytes & 3u) == 0u &&
                         (e0 & 1u) == 0u) ||
                        (pc.type == 2u && (pc.block & 3u) == 0u));
-    /* Whether the cache's f16 rows of this kv head can be read 8 values a
-     * load (kc4, vc2): each row and the head on 16 bytes. */
-    const bool wide = fast && pc.type == 1u && (pc.row_bytes & 15u) == 0u &&
-                      (e0 & 7u) == 0u;
+    /* Whether the cache's f16 or f32 rows of this kv head can be read 16
+     * bytes a load (kc4, and vc2 or vc4): each row and the head on 16
+     * bytes; and whether its q8_0 keys can be read a block at a time. */
+    const bool wide = fast && (pc.row_bytes & 15u) == 0u &&
+                      ((pc.type == 1u && (e0 & 7u) == 0u) ||
+                       (pc.type == 0u && (e0 & 3u) == 0u));
+    const bool q8_blocks = fast && pc.type == 2u && pc.block == 32u &&
+                           (hd & 31u) == 0u;
 
     /* The batch's first position. */
     const uint first = pos_words[pc.pos_at];
@@ -742,11 +776,15 @@ void main()
                 } else if (pc.type == 2u) {
                     if (staged)
                         DOT_LOOP(LOAD_EACH, FETCH_Q8, KS, off, s_e, s)
+                    else if (q8_blocks)
+                        DOT_LOOP(LOAD_Q8_BLOCK, FETCH_Q8, kc, off, e0, s)
                     else
                         DOT_LOOP(LOAD_EACH, FETCH_Q8, kc, off, e0, s)
                 } else {
                     if (staged)
                         DOT_LOOP(LOAD_EACH, FETCH_F32, KS, off, s_e, s)
+                    else if (wide)
+                        DOT_LOOP(LOAD_F32_WIDE, FETCH_F32, kc, off, e0, s)
                     else
                         DOT_LOOP(LOAD_EACH, FETCH_F32, kc, off, e0, s)
                 }
@@ -806,7 +844,10 @@ void main()
                     V_LOOP(FETCH_Q8, vc, part, cached, 0u, rb, e0)
                     V_LOOP(FETCH_Q8, VS, jb, cnt, vs_base, s_stride, s_e)
                 } else {
-                    V_LOOP(FETCH_F32, vc, part, cached, 0u, rb, e0)
+                    if (wide)
+                        V_LOOP(FETCH_F32_WIDE, vc, part, cached, 0u, rb, e0)
+                    else
+                        V_LOOP(FETCH_F32, vc, part, cached, 0u, rb, e0)
                     V_LOOP(FETCH_F32, VS, jb, cnt, vs_base, s_stride, s_e)
                 }
             }
