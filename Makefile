@@ -88,7 +88,7 @@ SHADER_NAMES := $(foreach f,$(MATMUL_FORMS),$(MATMUL_TYPES:%=$(f)%)) \
                 kv_store rope_kv_store rope_kv_store_norm attention \
                 attention_cpu attention_h2 attention_h4 attention_rope \
                 attention_rope_h2 attention_rope_h4 \
-                attention_rope_cpu attention_merge \
+                attention_rope_cpu \
                 argmax sample
 SPIRV      := $(SHADER_NAMES:%=$(BUILD)/shaders/%.spv)
 SPIRV_OBJ  := $(BUILD)/shaders/spirv.o

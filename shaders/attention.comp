@@ -58,8 +58,11 @@
  * positions). attention_rope therefore cuts such rows into splits
  * (att_split.glsl): workgroup z takes its splits of the row, each with the
  * online softmax from scratch, and writes a partial per split (its
- * maximum, its sum of exponentials, its weighted values) that
- * attention_merge adds in order.
+ * maximum, its sum of exponentials, its weighted values); the last of the
+ * row's workgroups to be done (a count in a device buffer) adds them in
+ * order (att_merge.glsl). That was a dispatch of its own, attention_merge,
+ * whose launch and wait cost each layer ~6 us of a decode step past 512
+ * positions on the H200.
  *
  * A workgroup of one query head reads its kv head's keys and values for
  * itself: a prompt's or a long verify block's kv head was read 4 times
@@ -150,6 +153,12 @@ layout(std430, binding = 0) readonly buffer QBuf4 { vec4 q4[]; };
  * e^(scale (s - m)) and its head of sum e^(scale (s - m)) v, at split_at()
  * (attention_push.glsl) */
 layout(std430, binding = 9) writeonly buffer PartBuf { float part_out[]; };
+/* the same partials as the row's last workgroup reads them, other
+ * workgroups' among them: past this multiprocessor's cache */
+layout(std430, binding = 9) coherent readonly buffer PartIn { float part[]; };
+/* per row and workgroup of heads: how many of its split workgroups are
+ * done (0 between passes: the last one clears it) */
+layout(std430, binding = 10) buffer SplitCounts { uint split_counts[]; };
 /* the batch's rows go into their slots (one workgroup per kv head writes) */
 layout(std430, binding = 1) buffer KCache { uint kc[]; };
 layout(std430, binding = 2) buffer VCache { uint vc[]; };
@@ -177,6 +186,9 @@ layout(std430, binding = 2) readonly buffer VCacheWide { uvec2 vc2[]; };
 layout(std430, binding = 2) readonly buffer VCacheWide4 { uvec4 vc4[]; };
 
 #include "attention_push.glsl"
+#ifdef ATT_ROPE
+#include "att_merge.glsl"
+#endif
 
 /* The chunk's arrays come in two copies used in turn (chunk c's are
  * [c & 1]); WG entries hold every subgroup's value whatever its size. */
@@ -637,6 +649,36 @@ void stage_batch(uint rows, bool writer, uint first, uint q0, uint tid)
 }
 #endif
 
+#ifdef ATT_ROPE
+/* Once this workgroup's partials are written: it counts itself among the
+ * n_wg workgroups of row t's heads h.. and, if it is the last, makes their
+ * outputs from every split's partial (att_merge.glsl) and clears the count
+ * for the next pass. Each workgroup's writes are made visible on the
+ * device before it counts (memoryBarrierBuffer, then the barrier before
+ * invocation 0's atomic), and the last reads them coherently after its
+ * count. Every invocation calls, in uniform control flow. */
+shared bool merging;
+void merge_when_last(uint t, uint h, uint n_split, uint n_wg, uint tid)
+{
+    memoryBarrierBuffer();
+    barrier();
+    if (tid == 0u) {
+        const uint at = t * pc.n_head + h;
+        merging = atomicAdd(split_counts[at], 1u) + 1u == n_wg;
+        if (merging)
+            split_counts[at] = 0u;
+    }
+    barrier();
+    if (!merging)
+        return;
+    memoryBarrierBuffer();
+    /* not unrolled: glslc keeps `precise` on an unrolled loop's first
+     * copy only (see ATT_HEADS) */
+    [[dont_unroll]] for (uint q = 0u; q < NH; q++)
+        att_merge_head(t, h + q, n_split, tid, WG);
+}
+#endif
+
 void main()
 {
     const uint tid = gl_LocalInvocationID.x;
@@ -691,7 +733,7 @@ void main()
     const int pos0 = int(first);
     /* This workgroup's splits of the row, [s0, s1), of row_keys
      * positions each (att_split.glsl): each goes to a partial of its own,
-     * which attention_merge adds; a row that is not split is z = 0's
+     * which the row's last workgroup adds; a row that is not split is z = 0's
      * whole, which writes its output. A row of fewer splits than the
      * batch's most leaves its last workgroups nothing to do. */
     uint row_keys;
@@ -887,4 +929,8 @@ void main()
             }
         }
     }
+#ifdef ATT_ROPE
+    if (splitting)
+        merge_when_last(t, h, n_split, (n_split + group - 1u) / group, tid);
+#endif
 }

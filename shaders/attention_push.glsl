@@ -1,6 +1,6 @@
-/* attention_push.glsl — the push constants of attention, attention_rope
- * and attention_merge (vk_shaders.h's vk_push_attention, member for
- * member), and what a row sees by them. Include after kv_slot.glsl. */
+/* attention_push.glsl — the push constants of attention and
+ * attention_rope (vk_shaders.h's vk_push_attention, member for member),
+ * and what a row sees by them. Include after kv_slot.glsl. */
 #ifndef ATTENTION_PUSH_GLSL
 #define ATTENTION_PUSH_GLSL
 
@@ -14,7 +14,7 @@ layout(push_constant) uniform Push {
      * (has_norm, eps) and the bytes of one head of a row */
     uint n_rot, style, has_norm, head_bytes;
     float eps;
-    /* attention_rope, attention_merge: rows cut into splits of at least
+    /* attention_rope: rows cut into splits of at least
      * split_keys positions (0: none), at most max_splits of them
      * (att_split.glsl), split_group of them a workgroup, their partials
      * split_stride apart */

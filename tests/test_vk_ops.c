@@ -2692,9 +2692,10 @@ struct rope_attention_form {
     const char *separate;
 };
 
-/* n rows of a batch through attention_rope form f alone (then
- * attention_merge, where rows split, with `group` splits a workgroup), on
- * a cache whose rows are k_in and v_in (bytes). */
+/* n rows of a batch through attention_rope form f alone (rows split with
+ * `group` splits a workgroup, whose last merges them), on a cache whose
+ * rows are k_in and v_in (bytes). The split counts it is given are zero
+ * and must be zero again after it, for the next dispatch. */
 static void rope_attention_fused(const struct rope_attention_case *c,
                                  const struct kv_cache *kv,
                                  const struct rope_attention_data *d, int n,
@@ -2723,15 +2724,22 @@ static void rope_attention_fused(const struct rope_attention_case *c,
     struct vk_buffer parts = buffer_with(
         NULL, (size_t)nq / (size_t)c->head_dim * splits *
                   (size_t)(c->head_dim + 2) * 4);
-    const struct vk_buffer *ab[] = {&b.q,   &b.kc, &b.vc, &b.k, &b.v,
-                                    &b.out, &b.cs, &b.qw, &b.kw, &parts};
-    run(f->shader, 10, ab, &pa, sizeof pa, (uint32_t)c->n_head / f->heads,
+    const size_t n_counts = (size_t)n * (size_t)c->n_head;
+    struct vk_buffer counts = buffer_with(NULL, n_counts * 4);
+    const struct vk_buffer *ab[] = {&b.q,  &b.kc, &b.vc,  &b.k,
+                                    &b.v,  &b.out, &b.cs, &b.qw,
+                                    &b.kw, &parts, &counts};
+    run(f->shader, 11, ab, &pa, sizeof pa, (uint32_t)c->n_head / f->heads,
         (uint32_t)n, ceil_div(splits, group));
-    if (splits > 1)
-        run("attention_merge", 3,
-            (const struct vk_buffer *[]){&parts, &b.out, &b.cs}, &pa,
-            sizeof pa, (uint32_t)c->n_head, (uint32_t)n, 1);
+    uint32_t *left = malloc(n_counts * 4);
+    download(&counts, left, n_counts * 4);
+    for (size_t i = 0; i < n_counts; i++)
+        if (left[i] != 0)
+            fail_msg("%s: split count %zu left at %u", f->shader, i,
+                     left[i]);
+    free(left);
     vk_buffer_free(dev, &parts);
+    vk_buffer_free(dev, &counts);
     download(&b.out, out, nq * 4);
     download(&b.kc, k_rows, cache);
     download(&b.vc, v_rows, cache);
@@ -2943,7 +2951,7 @@ static void test_attention_rope_stores_rope_kv_store_bytes_and_rows_alone_bits(
 }
 
 /* Rows that see more than split_keys positions are cut into splits whose
- * partials attention_merge adds: the output is the unsplit attention's
+ * partials the row's last workgroup adds: the output is the unsplit attention's
  * (within rounding) and a row gets the same bits in a batch (several
  * splits a workgroup) as decoded alone (one) — the splits of a row depend
  * on its position alone. Splits here are a few positions, so that small
@@ -3077,7 +3085,7 @@ static void test_every_shader_is_embedded(void **state)
         "rope_kv_store", "rope_kv_store_norm", "attention", "attention_cpu",
         "attention_h2", "attention_h4",
         "attention_rope", "attention_rope_h2", "attention_rope_h4",
-        "attention_rope_cpu", "attention_merge", "argmax"};
+        "attention_rope_cpu", "argmax"};
     for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
         const struct vk_spirv *sh = vk_shader_find(names[i]);
         if (!sh)

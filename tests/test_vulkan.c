@@ -191,7 +191,7 @@ static void test_speculative_greedy_equals_plain_on_vulkan(void **state)
 }
 
 /* The same past 512 positions, where attention_rope cuts a row into
- * splits whose partials attention_merge adds (vk_shaders.h): a prompt of
+ * splits whose partials its last workgroup adds (vk_shaders.h): a prompt of
  * 500 tokens (the short prompt's, over and over), so that decoding
  * crosses 512 and verify blocks hold rows on both sides of it. */
 static void test_speculative_greedy_equals_plain_past_attention_splits(

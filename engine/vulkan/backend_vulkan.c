@@ -95,8 +95,7 @@ struct vk_backend {
     int qx_min_cols;   /* VK_QX_MIN_COLS, or 0 where KAKEYA_VK_QX=1 */
     struct vk_pipeline matmul_qx[2][VK_QX_FORMS];
     struct vk_pipeline rmsnorm, rmsnorm_add, rope, add, gated_act, kv_store,
-        rope_kv_store, rope_kv_store_norm, attention, attention_rope,
-        attention_merge, argmax;
+        rope_kv_store, rope_kv_store_norm, attention, attention_rope, argmax;
     /* attention and attention_rope for 2 and 4 query heads of a kv head a
      * workgroup (attention_h2, attention_rope_h2, ...), where
      * has_heads_forms: GPUs whose subgroups are at least
@@ -135,9 +134,10 @@ struct vk_backend {
     struct vk_pipeline sample;
     struct vk_buffer sample_w, sample_u, sample_tok, sample_state,
         sample_readback;
-    /* attention_rope's partials of the rows it splits (vk_shaders.h;
-     * reserve_splits) */
-    struct vk_buffer splits;
+    /* attention_rope's partials of the rows it splits, and per row and
+     * head how many of a row's workgroups are done, zero between passes
+     * (vk_shaders.h; reserve_splits) */
+    struct vk_buffer splits, split_counts;
     /* The bound cache: per layer, its key and value rows; the batch's
      * staged rows. */
     struct kv_cache *kv;
@@ -293,8 +293,8 @@ static void make_heads_pipelines(struct vk_backend *be, bool rowwise)
         struct vk_pipeline *out;
     } forms[] = {{"attention_h2", 7, &be->attention_h2},
                  {"attention_h4", 7, &be->attention_h4},
-                 {"attention_rope_h2", 10, &be->attention_rope_h2},
-                 {"attention_rope_h4", 10, &be->attention_rope_h4}};
+                 {"attention_rope_h2", 11, &be->attention_rope_h2},
+                 {"attention_rope_h4", 11, &be->attention_rope_h4}};
     const size_t n = sizeof forms / sizeof forms[0];
     struct kk_error ignored;
     for (size_t i = 0; i < n && be->has_heads_forms; i++)
@@ -393,11 +393,8 @@ static int make_pipelines(struct vk_backend *be, struct kk_error *err)
                          sizeof(struct vk_push_attention), &be->attention,
                          err) ||
            make_pipeline(be, rowwise ? "attention_rope_cpu" : "attention_rope",
-                         10, sizeof(struct vk_push_attention),
+                         11, sizeof(struct vk_push_attention),
                          &be->attention_rope, err) ||
-           make_pipeline(be, "attention_merge", 3,
-                         sizeof(struct vk_push_attention),
-                         &be->attention_merge, err) ||
            make_pipeline(be, "argmax", 2, sizeof(struct vk_push_argmax),
                          &be->argmax, err)
                ? -1
@@ -499,12 +496,13 @@ static void vkb_free(struct backend *base)
     vk_buffer_free(be->dev, &be->sample_state);
     vk_buffer_free(be->dev, &be->sample_readback);
     vk_buffer_free(be->dev, &be->splits);
+    vk_buffer_free(be->dev, &be->split_counts);
     free(be->ids);
     struct vk_pipeline *ps[] = {&be->rmsnorm, &be->rmsnorm_add, &be->rope,
                                 &be->add, &be->gated_act, &be->kv_store,
                                 &be->rope_kv_store, &be->rope_kv_store_norm,
                                 &be->attention, &be->attention_rope,
-                                &be->attention_merge, &be->argmax,
+                                &be->argmax,
                                 &be->sample,
                                 &be->attention_rope_h2,
                                 &be->attention_rope_h4, &be->attention_h2,
@@ -542,7 +540,9 @@ static int vkb_threads(const struct backend *be)
 /* Room for attention_rope's partials (vk_shaders.h): a verify block's
  * rows of at most h = max_cols / head_dim heads, each head with the splits
  * of a row that sees all n_ctx positions, and no more than
- * max(h, VK_ATTENTION_SPLIT_HEADS) splits a row in all. */
+ * max(h, VK_ATTENTION_SPLIT_HEADS) splits a row in all; and its counts of
+ * split workgroups done, a word per row and head, zeroed here once (each
+ * dispatch leaves them zero). */
 static int reserve_splits(struct vk_backend *be, int n_ctx, int64_t max_cols,
                           int head_dim, struct kk_error *err)
 {
@@ -556,7 +556,19 @@ static int reserve_splits(struct vk_backend *be, int n_ctx, int64_t max_cols,
     if (be->splits.buf && bytes <= be->splits.size)
         return 0;
     vk_buffer_free(be->dev, &be->splits);
-    return vk_buffer_new(be->dev, bytes, VK_MEM_DEVICE, &be->splits, err);
+    vk_buffer_free(be->dev, &be->split_counts);
+    const size_t counts = (size_t)VK_ROPE_ATTENTION_ROWS * (size_t)heads *
+                          sizeof(uint32_t);
+    uint32_t *zeros = calloc(1, counts);
+    if (!zeros)
+        return kk_fail(err, "out of memory");
+    const int rc =
+        vk_buffer_new(be->dev, bytes, VK_MEM_DEVICE, &be->splits, err) ||
+        vk_buffer_new(be->dev, counts, VK_MEM_DEVICE, &be->split_counts,
+                      err) ||
+        vk_upload(be->dev, &be->split_counts, 0, zeros, counts, err);
+    free(zeros);
+    return rc ? -1 : 0;
 }
 
 /* A pass's host data: its embedding rows (max_tokens x max_cols), its
@@ -1593,14 +1605,9 @@ static void vkb_rope_attention(struct backend *base, struct kv_cache *kv,
     const struct vk_buffer *bufs[] = {buf(q),   &be->kv_k[il], &be->kv_v[il],
                                       buf(k),   buf(v),        buf(out),
                                       &rt->buf, qw,            kw,
-                                      &be->splits};
+                                      &be->splits,  &be->split_counts};
     dispatch(be, attention_form(be, true, heads), bufs, &pc,
              (uint32_t)n_head / heads, (uint32_t)n, groups_z);
-    if (most > 1) {
-        const struct vk_buffer *parts[] = {&be->splits, buf(out), &rt->buf};
-        dispatch(be, &be->attention_merge, parts, &pc, (uint32_t)n_head,
-                 (uint32_t)n, 1);
-    }
     kv_stage_mark(kv, il, pos0, n);
 }
 

@@ -310,7 +310,7 @@ struct vk_push_attention {
     /* attention_rope only */
     uint32_t n_rot, style, has_norm, head_bytes;
     float eps;
-    /* attention_rope and attention_merge: splits of long rows (below) */
+    /* attention_rope: splits of long rows (below) */
     uint32_t split_keys, split_group, max_splits, split_stride;
 };
 
@@ -334,8 +334,13 @@ struct vk_push_attention {
  * ((t n_head + h) split_stride + s) (head_dim + 2), split_stride at least
  * the most splits of a row of the batch: its largest dot product
  * m = max q.k, the sum l of e^(scale (q.k - m)) over its positions, and
- * head_dim values sum e^(scale (q.k - m)) V (scale > 0). attention_merge
- * then makes those rows' outputs.
+ * head_dim values sum e^(scale (q.k - m)) V (scale > 0). The last of a
+ * row's workgroups (of heads h..) to write its partials makes those heads'
+ * outputs from them, splits added in order (att_merge.glsl: with M the
+ * largest m_s and w_s = e^(scale (m_s - M)), out = sum_s w_s o_s /
+ * sum_s w_s l_s). Which is last is counted in COUNTS[t n_head + h] (one
+ * word per row and head), which must be 0 before the dispatch and is 0
+ * after it: the last workgroup clears it.
  * Workgroup z takes splits z split_group .. (z + 1) split_group - 1 of its
  * row (those that exist); a row not split is z = 0's whole, as without
  * splits. The splits of a row depend on its position and the push
@@ -349,7 +354,7 @@ struct vk_push_attention {
  *           (float), 4 V (uint), 5 OUT, 6 POS and the angles
  *           (rope_kv_store's CS), 7 QW, 8 KW (float; any buffer when
  *           has_norm is 0), 9 PART (float, written; any buffer when
- *           split_keys is 0).
+ *           split_keys is 0), 10 COUNTS (uint, written; likewise).
  * grid: (n_head, n_rows, ceil(most splits of a row / split_group));
  * attention_rope_cpu as attention_cpu. */
 #define VK_ROPE_ATTENTION_BYTES 17408
@@ -386,14 +391,6 @@ struct kv_layer;
 uint32_t vk_attention_most_splits(const struct kv_layer *L, int window,
                                   int pos0, int n, uint32_t split_keys,
                                   uint32_t max_splits);
-
-/* attention_merge: the output of each row attention_rope split, from its
- * partials: with M the largest m_s and w_s = e^(scale (m_s - M)),
- *   out[t][h] = sum_s w_s o_s / sum_s w_s l_s,
- * splits added in order; rows of split_keys visible positions or fewer
- * are left as attention_rope wrote them. Push constants: attention_rope's.
- * bindings: 0 PART (float), 1 OUT (float), 2 POS (uint).
- * grid: (n_head, n_rows, 1). */
 
 /* argmax: the greedy choice of each of n_rows rows of `width` values —
  * the index of the largest, the first of equal ones (-0 equals +0), never a
