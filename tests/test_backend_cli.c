@@ -22,12 +22,6 @@
 #include "kakeya.h"
 #include "testutil.h"
 
-static const char *binary(void)
-{
-    return getenv("KK_BIN") ? getenv("KK_BIN") : "build/kakeya";
-}
-
-
 static char *read_text(const char *path)
 {
     size_t len;
@@ -51,21 +45,8 @@ static int vulkan_devices(void)
 
 static int setup(void **state)
 {
-    const char *model = testutil_shared_path("models/aidreams260K-F32.gguf");
-    if (!model || access(binary(), X_OK)) {
-        fprintf(stderr, "SKIP test_backend_cli: %s\n",
-                model ? "build/kakeya is not built" : "no ../shared");
-        *state = NULL;
-        return 0;
-    }
-    *state = strdup(model);
-    return 0;
-}
-
-static int teardown(void **state)
-{
-    free(*state);
-    return 0;
+    return testutil_binary_on_model(state, "test_backend_cli",
+                                    "models/aidreams260K-F32.gguf");
 }
 
 static void test_a_backend_that_does_not_exist_is_refused(void **state)
@@ -73,8 +54,10 @@ static void test_a_backend_that_does_not_exist_is_refused(void **state)
     if (!*state)
         skip();
     const char *err = testutil_tmp_path("backend-err");
-    assert_int_equal(testutil_sh("'%s' run -m '%s' -p hi -n 1 --backend gpu 2> '%s'",
-                        binary(), (char *)*state, err), 2);
+    assert_int_equal(testutil_sh("'%s' run -m '%s' -p hi -n 1 --backend gpu "
+                                 "2> '%s'",
+                                 testutil_binary(), (char *)*state, err),
+                     2);
     char *msg = read_text(err);
     assert_non_null(strstr(msg, "--backend wants cpu, vulkan or auto, not "
                                 "'gpu'"));
@@ -91,8 +74,9 @@ static void test_the_same_tokens_come_from_the_cpu_and_vulkan(void **state)
     const char *err = strdup(testutil_tmp_path("backend-vk-err"));
     const char *run = "'%s' run -m '%s' -p 'Once upon a time' -n 24 --ids "
                       "-t 1 --backend %s > '%s' 2> '%s'";
-    assert_int_equal(testutil_sh(run, binary(), (char *)*state, "cpu", cpu, err), 0);
-    int rc = testutil_sh(run, binary(), (char *)*state, "vulkan", gpu, err);
+    const char *bin = testutil_binary(), *model = *state;
+    assert_int_equal(testutil_sh(run, bin, model, "cpu", cpu, err), 0);
+    int rc = testutil_sh(run, bin, model, "vulkan", gpu, err);
     char *msg = read_text(err);
     if (vulkan_devices() < 0) {
         /* No device: refused, saying what to do. */
@@ -125,8 +109,9 @@ static void test_a_device_out_of_range_is_refused(void **state)
         skip();
     const char *err = testutil_tmp_path("backend-dev-err");
     assert_int_equal(testutil_sh("'%s' run -m '%s' -p hi -n 1 --backend vulkan "
-                        "--device %d 2> '%s'", binary(), (char *)*state, n,
-                        err), 1);
+                                 "--device %d 2> '%s'",
+                                 testutil_binary(), (char *)*state, n, err),
+                     1);
     char *msg = read_text(err);
     assert_non_null(strstr(msg, "kakeya info --devices"));
     free(msg);
@@ -138,7 +123,8 @@ static void test_info_devices_lists_what_device_picks(void **state)
     if (!*state)
         skip();
     const char *out = strdup(testutil_tmp_path("devices-out"));
-    int rc = testutil_sh("'%s' info --devices > '%s' 2>&1", binary(), out);
+    int rc = testutil_sh("'%s' info --devices > '%s' 2>&1", testutil_binary(),
+                         out);
     char *text = read_text(out);
     struct kk_vk_device_info d[8];
     struct kk_error err = {{0}};
@@ -190,5 +176,5 @@ int main(void)
         cmocka_unit_test(
             test_a_small_draft_beside_a_gpu_target_runs_on_the_cpu),
     };
-    return cmocka_run_group_tests(tests, setup, teardown);
+    return cmocka_run_group_tests(tests, setup, testutil_free_state);
 }

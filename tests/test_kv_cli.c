@@ -19,28 +19,10 @@
 
 #include "testutil.h"
 
-static const char *binary(void)
-{
-    return getenv("KK_BIN") ? getenv("KK_BIN") : "build/kakeya";
-}
-
 static int setup(void **state)
 {
-    const char *model = testutil_shared_path("models/aidreams260K-F32.gguf");
-    if (!model || access(binary(), X_OK)) {
-        fprintf(stderr, "SKIP test_kv_cli: %s\n",
-                model ? "build/kakeya is not built" : "no ../shared");
-        *state = NULL;
-        return 0;
-    }
-    *state = strdup(model);
-    return 0;
-}
-
-static int teardown(void **state)
-{
-    free(*state);
-    return 0;
+    return testutil_binary_on_model(state, "test_kv_cli",
+                                    "models/aidreams260K-F32.gguf");
 }
 
 static void test_a_kv_type_that_does_not_exist_is_refused(void **state)
@@ -53,8 +35,8 @@ static void test_a_kv_type_that_does_not_exist_is_refused(void **state)
         const char *err = testutil_tmp_path("kv-err");
         assert_int_equal(testutil_sh("'%s' %s -m '%s' --kv q4 > /dev/null "
                                      "2> '%s'",
-                                     binary(), commands[i], (char *)*state,
-                                     err),
+                                     testutil_binary(), commands[i],
+                                     (char *)*state, err),
                          2);
         size_t len;
         char *msg = testutil_read_file(err, &len);
@@ -71,7 +53,7 @@ static char *bench_kv_type(const char *model, const char *type)
     const char *out = testutil_tmp_path("kv-bench");
     assert_int_equal(testutil_sh("'%s' bench -m '%s' --quick --context 16 "
                                  "--bandwidth 10 --kv %s > '%s'",
-                                 binary(), model, type, out),
+                                 testutil_binary(), model, type, out),
                      0);
     size_t len;
     char *text = testutil_read_file(out, &len);
@@ -108,5 +90,5 @@ int main(void)
         cmocka_unit_test(test_a_kv_type_that_does_not_exist_is_refused),
         cmocka_unit_test(test_bench_measures_the_cache_type_it_is_given),
     };
-    return cmocka_run_group_tests(tests, setup, teardown);
+    return cmocka_run_group_tests(tests, setup, testutil_free_state);
 }

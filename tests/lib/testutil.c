@@ -133,6 +133,33 @@ const char *testutil_tmp_path(const char *stem)
     return buf;
 }
 
+const char *testutil_binary(void)
+{
+    const char *bin = getenv("KK_BIN");
+    return bin && *bin ? bin : "build/kakeya";
+}
+
+int testutil_binary_on_model(void **state, const char *test,
+                             const char *model_rel)
+{
+    const char *model = testutil_shared_path(model_rel);
+    *state = NULL;
+    if (!model || access(testutil_binary(), X_OK)) {
+        fprintf(stderr, "SKIP %s: %s\n", test,
+                model ? "the kakeya binary is not built" : "no ../shared");
+        return 0;
+    }
+    *state = strdup(model);
+    return *state ? 0 : -1;
+}
+
+int testutil_free_state(void **state)
+{
+    free(*state);
+    *state = NULL;
+    return 0;
+}
+
 struct kk_model *testutil_open_golden(const char *name)
 {
     char rel[256];

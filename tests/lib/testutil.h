@@ -70,4 +70,16 @@ int testutil_sh(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 /* Path of a fresh temporary file name under $TMPDIR (static buffer). */
 const char *testutil_tmp_path(const char *stem);
 
+/* The kakeya binary the command-line tests run: $KK_BIN, default
+ * build/kakeya (from the repository root, where the tests run). */
+const char *testutil_binary(void);
+
+/* A cmocka group setup for tests that run the binary on a model of the
+ * shared folder: *state becomes a malloc'd "<shared>/<model_rel>", or NULL
+ * after a loud SKIP line naming `test` when the folder or the binary is
+ * missing (each test then skips). testutil_free_state is its teardown. */
+int testutil_binary_on_model(void **state, const char *test,
+                             const char *model_rel);
+int testutil_free_state(void **state);
+
 #endif
