@@ -23,6 +23,7 @@ static const char usage[] =
     "            [--seed S] | --list   random weights, real shapes\n"
     "  bench     -m MODEL.gguf [--threads N] [--quick]   speed, as JSON\n"
     "            [--backend B] [--device N] [--bandwidth GBS] [--context N]\n"
+    "            [--kv f16|f32|q8_0]\n"
     "            --resume [--spec-model MODEL.gguf]   checkpoint resume vs\n"
     "            recompute over a 2,000-token document\n"
     "  list      [--db FILE]                 stored conversations\n"
