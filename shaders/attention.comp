@@ -220,8 +220,9 @@ shared float pool[POOL_WORDS];
          unpackHalf2x16(buf[(((off) + 2u * (e)) >> 2u) + 1u]))
 #define FETCH_Q8(buf, off, e) fetch_q8_##buf(off, e)
 /* FETCH_F16 through buf's 8-byte view (vc2): one load, where off + 2 e
- * is a multiple of 8 (`wide`); FETCH_F32 through its 16-byte view (vc4),
- * where off + 4 e is a multiple of 16. */
+ * is a multiple of 8 (`wide`); FETCH_F32 through its 16-byte view (kc4,
+ * vc4), where off + 4 e is a multiple of 16: a key's 64 f32 values in 16
+ * loads instead of 64. */
 #define FETCH_F16_WIDE(buf, off, e)                                          \
     f16_pairs(buf##2[((off) + 2u * (e)) >> 3u])
 #define FETCH_F32_WIDE(buf, off, e)                                          \
@@ -307,11 +308,6 @@ float fma_dot(vec4 a, vec4 b, float s)
         f_[2u * u_] = f16_pairs(w_.xy);                                      \
         f_[2u * u_ + 1u] = f16_pairs(w_.zw);                                 \
     }
-/* f32 rows (`wide`: off + 4 e a multiple of 16): eight 16-byte loads
- * instead of 32 of a word. */
-#define LOAD_F32_WIDE(FETCH, buf, off, e, f_)                                \
-    [[unroll]] for (uint u_ = 0u; u_ < 8u; u_++)                             \
-        f_[u_] = uintBitsToFloat(buf##4[((off) + 4u * ((e) + 4u * u_)) >> 4u]);
 /* q8_0 rows of blocks of 32 (e on a block: `q8_blocks`): the block's 34
  * bytes as the 9 words that hold them, where FETCH_Q8 read two words for
  * each 4 quants and the scale again each time (32 loads). The block starts
@@ -826,7 +822,7 @@ void main()
                     if (staged)
                         DOT_LOOP(LOAD_EACH, FETCH_F32, KS, off, s_e, s)
                     else if (wide)
-                        DOT_LOOP(LOAD_F32_WIDE, FETCH_F32, kc, off, e0, s)
+                        DOT_LOOP(LOAD_EACH, FETCH_F32_WIDE, kc, off, e0, s)
                     else
                         DOT_LOOP(LOAD_EACH, FETCH_F32, kc, off, e0, s)
                 }

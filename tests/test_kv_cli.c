@@ -55,10 +55,7 @@ static char *bench_kv_type(const char *model, const char *type)
                                  "--bandwidth 10 --kv %s > '%s'",
                                  testutil_binary(), model, type, out),
                      0);
-    size_t len;
-    char *text = testutil_read_file(out, &len);
-    assert_non_null(text);
-    cJSON *json = cJSON_Parse(text);
+    cJSON *json = testutil_read_json(out);
     assert_non_null(json);
     const cJSON *engine = cJSON_GetObjectItem(json, "engine");
     const cJSON *kv = cJSON_GetObjectItem(engine, "kv_type");
@@ -67,7 +64,6 @@ static char *bench_kv_type(const char *model, const char *type)
     assert_true(cJSON_IsNumber(ms) && ms->valuedouble > 0);
     char *got = strdup(kv->valuestring);
     cJSON_Delete(json);
-    free(text);
     unlink(out);
     return got;
 }
