@@ -1,0 +1,333 @@
+/* bench_persistent_decode.c — what a persistent decode kernel would make of
+ * a decode step, before the engine has one: decode_phases.comp does a
+ * llama-shaped step's work (Q8_0 products with x quantized in shared
+ * memory, attention over an f16 cache) as 5 phases a layer and the output
+ * matrix, either one dispatch a phase with a pipeline barrier between
+ * them (as kakeya's passes run) or all in one dispatch whose workgroups
+ * meet at a grid-wide barrier. Not part of the build:
+ *
+ *   make build/libkakeya.a
+ *   for s in decode_phases decode_fill; do glslc --target-env=vulkan1.1 \
+ *       -O tools/vk_sync/$s.comp -o build/$s.spv; done
+ *   gcc -std=c11 -D_GNU_SOURCE -O2 -Iengine -Iengine/vulkan \
+ *       tools/vk_sync/bench_persistent_decode.c build/libkakeya.a -lm -ldl \
+ *       -lpthread -o build/bench_persistent_decode
+ *   build/bench_persistent_decode build [key=value ...]
+ *
+ * keys: device, d, ff, heads, kv, layers, vocab, ctx (the 1B shape after
+ * 256 positions by default), steps, grids (comma list), skips (comma list
+ * of masks: bit k leaves out the phases of kind k, 5 the output matrix;
+ * what is left shows what a kind costs), shader (decode_phases_cached:
+ * built with -DACT_CACHED, right with one dispatch a phase only; any
+ * other build of decode_phases.comp by the name its .spv has). Prints one JSON
+ * line per mode and grid: µs per decode step, the weights' bytes, and
+ * whether the logits are the bits of the first run's (one dispatch a
+ * phase): a grid barrier that let a phase read early would show there; a
+ * hash of them, to compare builds of the shader.
+ * On a CPU-backed device (lavapipe) the grid barrier runs on one
+ * workgroup only: it runs a few at a time, and more would wait forever. */
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "vk_device.h"
+
+enum { HD = 64 };
+
+struct shape {
+    uint32_t d, ff, heads, kv, layers, vocab, ctx;
+};
+
+struct push {
+    uint32_t first, n_phases, spin, base;
+    uint32_t d, ff, n_head, n_kv;
+    uint32_t n_layers, vocab, ctx, skip;
+};
+
+struct fill_push {
+    uint32_t w_words, kv_words, act_words, x_words;
+};
+
+struct bench {
+    struct vk_device *dev;
+    struct vk_pipeline phases, fill;
+    struct vk_buffer w, kv, act, count;
+    struct shape s;
+    uint64_t w_bytes, kv_bytes, act_floats;
+};
+
+static double now_us(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec * 1e6 + (double)t.tv_nsec * 1e-3;
+}
+
+static void *read_file(const char *path, size_t *bytes)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        return NULL;
+    fseek(f, 0, SEEK_END);
+    long size = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    void *p = size > 0 ? malloc((size_t)size) : NULL;
+    if (p && fread(p, 1, (size_t)size, f) != (size_t)size) {
+        free(p);
+        p = NULL;
+    }
+    fclose(f);
+    *bytes = (size_t)size;
+    return p;
+}
+
+static uint64_t row_bytes(uint64_t cols) { return cols + cols / 16; }
+
+static uint64_t layer_bytes(const struct shape *s)
+{
+    uint64_t qkv = s->d + 2ull * s->kv * HD;
+    return qkv * row_bytes(s->d) + s->d * row_bytes(s->d) +
+           2ull * s->ff * row_bytes(s->d) + s->d * row_bytes(s->ff);
+}
+
+/* Where the logits start among the activations (x, q/k/v, the attention's
+ * output, h, logits: the shader's x_at .. logits_at), in floats. */
+static uint64_t logits_at(const struct shape *s)
+{
+    return s->d + (s->d + 2ull * s->kv * HD) + s->d + s->ff;
+}
+
+static struct push push_of(const struct shape *s)
+{
+    struct push pc = {0};
+    pc.d = s->d;
+    pc.ff = s->ff;
+    pc.n_head = s->heads;
+    pc.n_kv = s->kv;
+    pc.n_layers = s->layers;
+    pc.vocab = s->vocab;
+    pc.ctx = s->ctx;
+    return pc;
+}
+
+static int pipeline(struct bench *b, const char *dir, const char *name,
+                    int n_buffers, uint32_t push_bytes, struct vk_pipeline *p)
+{
+    char path[512];
+    snprintf(path, sizeof path, "%s/%s.spv", dir, name);
+    size_t bytes;
+    uint32_t *spirv = read_file(path, &bytes);
+    if (!spirv) {
+        fprintf(stderr, "cannot read %s\n", path);
+        return -1;
+    }
+    struct kk_error err;
+    int rc = vk_pipeline_new(b->dev, spirv, bytes, n_buffers, push_bytes, p,
+                             &err);
+    if (rc)
+        fprintf(stderr, "%s: %s\n", name, err.msg);
+    free(spirv);
+    return rc;
+}
+
+static int setup(struct bench *b, const char *dir, const char *shader)
+{
+    struct kk_error err;
+    const struct shape *s = &b->s;
+    b->w_bytes = layer_bytes(s) * s->layers + s->vocab * row_bytes(s->d);
+    b->kv_bytes = (uint64_t)s->layers * s->kv * 2 * s->ctx * HD * 2;
+    b->act_floats = logits_at(s) + s->vocab;
+    if (s->ctx > 1023 || s->d > 8192 || s->ff > 8192 || s->d % 64 ||
+        s->ff % 64) {
+        fprintf(stderr, "the shader takes ctx < 1024 and widths d, ff up to "
+                "8192 in multiples of 64\n");
+        return -1;
+    }
+    if (b->w_bytes >= (1ull << 32)) {
+        fprintf(stderr, "weights of %llu bytes: the shader's offsets are "
+                "32-bit\n", (unsigned long long)b->w_bytes);
+        return -1;
+    }
+    if (pipeline(b, dir, shader, 4, sizeof(struct push), &b->phases) ||
+        pipeline(b, dir, "decode_fill", 3, sizeof(struct fill_push),
+                 &b->fill))
+        return -1;
+    if (vk_buffer_new(b->dev, b->w_bytes, VK_MEM_DEVICE, &b->w, &err) ||
+        vk_buffer_new(b->dev, b->kv_bytes, VK_MEM_DEVICE, &b->kv, &err) ||
+        vk_buffer_new(b->dev, b->act_floats * 4, VK_MEM_DEVICE, &b->act,
+                      &err) ||
+        vk_buffer_new(b->dev, 4, VK_MEM_DEVICE, &b->count, &err)) {
+        fprintf(stderr, "%s\n", err.msg);
+        return -1;
+    }
+    return 0;
+}
+
+/* Fills the buffers afresh (every run starts from the same x), zeroes the
+ * counter, runs `steps` decode steps in one submission and reads the
+ * logits back into `logits`. Returns µs per step, or -1. */
+static double run(struct bench *b, uint32_t groups, int spin, int steps,
+                  uint32_t skip, float *logits)
+{
+    struct kk_error err;
+    const struct shape *s = &b->s;
+    uint32_t zero = 0;
+    struct fill_push fp = {(uint32_t)((b->w_bytes + 3) / 4),
+                           (uint32_t)(b->kv_bytes / 4),
+                           (uint32_t)b->act_floats, s->d};
+    const struct vk_buffer *fill_bufs[] = {&b->w, &b->kv, &b->act};
+    if (vk_upload(b->dev, &b->count, 0, &zero, 4, &err) ||
+        vk_begin(b->dev, &err))
+        goto fail;
+    vk_dispatch(b->dev, &b->fill, fill_bufs, &fp, 4096, 1, 1);
+    if (vk_submit_wait(b->dev, &err) || vk_begin(b->dev, &err))
+        goto fail;
+    const struct vk_buffer *bufs[] = {&b->w, &b->kv, &b->act, &b->count};
+    const uint32_t phases = 5 * s->layers + 1;
+    struct push pc = push_of(s);
+    pc.skip = skip;
+    double t0 = now_us();
+    for (int step = 0; step < steps; step++) {
+        if (spin) {
+            pc.first = 0;
+            pc.n_phases = phases;
+            pc.spin = 1;
+            pc.base = (uint32_t)step * (phases - 1) * groups;
+            vk_dispatch(b->dev, &b->phases, bufs, &pc, groups, 1, 1);
+        } else {
+            for (uint32_t p = 0; p < phases; p++) {
+                pc.first = p;
+                pc.n_phases = 1;
+                pc.spin = 0;
+                vk_dispatch(b->dev, &b->phases, bufs, &pc, groups, 1, 1);
+            }
+        }
+    }
+    if (vk_submit_wait(b->dev, &err))
+        goto fail;
+    double us = (now_us() - t0) / steps;
+    if (vk_download(b->dev, &b->act, logits_at(s) * 4, logits,
+                    s->vocab * 4ull, &err))
+        goto fail;
+    return us;
+fail:
+    fprintf(stderr, "%s\n", err.msg);
+    return -1;
+}
+
+/* One run, and its JSON line. Returns nonzero on a failure. */
+static int report(struct bench *b, uint32_t groups, int spin, int steps,
+                  uint32_t skip, const float *ref, float *got)
+{
+    if (spin && vk_device_is_cpu(b->dev) && groups > 1)
+        return 0;
+    double us = run(b, groups, spin, steps, skip, got);
+    if (us < 0)
+        return 1;
+    int same = !memcmp(ref, got, b->s.vocab * sizeof *ref);
+    /* logits that are all 0 or not finite would make `same` say nothing */
+    uint32_t live = 0, hash = 2166136261u;
+    for (uint32_t i = 0; i < b->s.vocab; i++) {
+        uint32_t bits;
+        memcpy(&bits, &got[i], 4);
+        hash = (hash ^ bits) * 16777619u;   /* FNV-1a, a word at a time */
+        live += got[i] != 0.0f && got[i] - got[i] == 0.0f;
+    }
+    printf("{\"device\": \"%s\", \"mode\": \"%s\", \"workgroups\": %u, "
+           "\"skip\": %u, \"layers\": %u, \"ctx\": %u, "
+           "\"us_per_step\": %.1f, \"weight_bytes\": %llu, "
+           "\"logits_equal\": %s, \"logits_finite_nonzero\": %u, "
+           "\"logits_hash\": \"%08x\"}\n",
+           vk_device_name(b->dev),
+           spin ? "grid_barrier" : "dispatch_per_phase", groups, skip,
+           b->s.layers, b->s.ctx, us, (unsigned long long)b->w_bytes,
+           same ? "true" : "false", live, hash);
+    fflush(stdout);
+    return 0;
+}
+
+static uint32_t key_u32(int argc, char **argv, const char *key, uint32_t def)
+{
+    size_t n = strlen(key);
+    for (int i = 2; i < argc; i++)
+        if (!strncmp(argv[i], key, n) && argv[i][n] == '=')
+            return (uint32_t)strtoul(argv[i] + n + 1, NULL, 10);
+    return def;
+}
+
+static const char *key_str(int argc, char **argv, const char *key,
+                           const char *def)
+{
+    size_t n = strlen(key);
+    for (int i = 2; i < argc; i++)
+        if (!strncmp(argv[i], key, n) && argv[i][n] == '=')
+            return argv[i] + n + 1;
+    return def;
+}
+
+int main(int argc, char **argv)
+{
+    if (argc < 2) {
+        fprintf(stderr, "usage: %s SPV_DIR [key=value ...]\n", argv[0]);
+        return 2;
+    }
+    struct bench b = {0};
+    b.s = (struct shape){
+        key_u32(argc, argv, "d", 2048),     key_u32(argc, argv, "ff", 8192),
+        key_u32(argc, argv, "heads", 32),   key_u32(argc, argv, "kv", 8),
+        key_u32(argc, argv, "layers", 16),  key_u32(argc, argv, "vocab", 128256),
+        key_u32(argc, argv, "ctx", 256)};
+    int steps = (int)key_u32(argc, argv, "steps", 50);
+    struct kk_error err;
+    int device = (int)key_u32(argc, argv, "device", (uint32_t)-1);
+    if (vk_device_open(device, &b.dev, &err)) {
+        fprintf(stderr, "%s\n", err.msg);
+        return 1;
+    }
+    int rc = 1;
+    float *ref = malloc(b.s.vocab * sizeof *ref);
+    float *got = malloc(b.s.vocab * sizeof *got);
+    if (!ref || !got ||
+        setup(&b, argv[1], key_str(argc, argv, "shader", "decode_phases")))
+        goto out;
+    bool cpu = vk_device_is_cpu(b.dev);
+    char grids[256];
+    snprintf(grids, sizeof grids, "%s",
+             key_str(argc, argv, "grids", cpu ? "1,2" : "132"));
+    char skips[256];
+    snprintf(skips, sizeof skips, "%s", key_str(argc, argv, "skips", "0"));
+    /* a warm-up of the clocks */
+    for (int i = 0; i < 2; i++)
+        if (run(&b, 132, 0, 5, 0, ref) < 0)
+            goto out;
+    char *skip_end, *grid_end;
+    for (char *k = strtok_r(skips, ",", &skip_end); k;
+         k = strtok_r(NULL, ",", &skip_end)) {
+        uint32_t skip = (uint32_t)strtoul(k, NULL, 0);
+        /* the reference: one dispatch a phase on 132 workgroups */
+        if (run(&b, 132, 0, steps, skip, ref) < 0)
+            goto out;
+        char list[256];
+        snprintf(list, sizeof list, "%s", grids);
+        for (char *g = strtok_r(list, ",", &grid_end); g;
+             g = strtok_r(NULL, ",", &grid_end))
+            for (int spin = 0; spin < 2; spin++)
+                if (report(&b, (uint32_t)strtoul(g, NULL, 10), spin, steps,
+                           skip, ref, got))
+                    goto out;
+    }
+    rc = 0;
+out:
+    vk_buffer_free(b.dev, &b.count);
+    vk_buffer_free(b.dev, &b.act);
+    vk_buffer_free(b.dev, &b.kv);
+    vk_buffer_free(b.dev, &b.w);
+    vk_pipeline_free(b.dev, &b.fill);
+    vk_pipeline_free(b.dev, &b.phases);
+    vk_device_close(b.dev);
+    free(ref);
+    free(got);
+    return rc;
+}
