@@ -15,7 +15,8 @@
  *   build/bench_persistent_decode build [key=value ...]
  *
  * keys: device, d, ff, heads, kv, layers, vocab, ctx (the 1B shape after
- * 256 positions by default), steps, grids (comma list), skips (comma list
+ * 256 positions by default), tokens (a pass's, 1 to 8: 1 a decode step,
+ * more a verify block; 1 by default), steps, grids (comma list), skips (comma list
  * of masks: bit k leaves out the phases of kind k, 5 the output matrix;
  * what is left shows what a kind costs), shader (decode_phases_cached:
  * built with -DACT_CACHED, right with one dispatch a phase only; any
@@ -23,7 +24,9 @@
  * line per mode and grid: µs per decode step, the weights' bytes, and
  * whether the logits are the bits of the first run's (one dispatch a
  * phase): a grid barrier that let a phase read early would show there; a
- * hash of them, to compare builds of the shader.
+ * hash of them, to compare builds of the shader; and a hash of the first
+ * token's, which must not depend on `tokens` (a token's bits are the same
+ * alone as in a batch, as kakeya's speculative decoding needs).
  * On a CPU-backed device (lavapipe) the grid barrier runs on one
  * workgroup only: it runs a few at a time, and more would wait forever. */
 #include <stdint.h>
@@ -34,16 +37,17 @@
 
 #include "vk_device.h"
 
-enum { HD = 64 };
+enum { HD = 64, TMAX = 8 };
 
 struct shape {
-    uint32_t d, ff, heads, kv, layers, vocab, ctx;
+    uint32_t d, ff, heads, kv, layers, vocab, ctx, tokens;
 };
 
 struct push {
     uint32_t first, n_phases, spin, base;
     uint32_t d, ff, n_head, n_kv;
     uint32_t n_layers, vocab, ctx, skip;
+    uint32_t tokens;
 };
 
 struct fill_push {
@@ -92,11 +96,12 @@ static uint64_t layer_bytes(const struct shape *s)
            2ull * s->ff * row_bytes(s->d) + s->d * row_bytes(s->ff);
 }
 
-/* Where the logits start among the activations (x, q/k/v, the attention's
- * output, h, logits: the shader's x_at .. logits_at), in floats. */
+/* Where the logits start among the activations (TMAX rows each of x,
+ * q/k/v, the attention's output, h, logits: the shader's x_at ..
+ * logits_at), in floats. */
 static uint64_t logits_at(const struct shape *s)
 {
-    return s->d + (s->d + 2ull * s->kv * HD) + s->d + s->ff;
+    return TMAX * (s->d + (s->d + 2ull * s->kv * HD) + s->d + s->ff);
 }
 
 static struct push push_of(const struct shape *s)
@@ -109,6 +114,7 @@ static struct push push_of(const struct shape *s)
     pc.n_layers = s->layers;
     pc.vocab = s->vocab;
     pc.ctx = s->ctx;
+    pc.tokens = s->tokens;
     return pc;
 }
 
@@ -138,11 +144,13 @@ static int setup(struct bench *b, const char *dir, const char *shader)
     const struct shape *s = &b->s;
     b->w_bytes = layer_bytes(s) * s->layers + s->vocab * row_bytes(s->d);
     b->kv_bytes = (uint64_t)s->layers * s->kv * 2 * s->ctx * HD * 2;
-    b->act_floats = logits_at(s) + s->vocab;
-    if (s->ctx > 1023 || s->d > 8192 || s->ff > 8192 || s->d % 64 ||
-        s->ff % 64) {
-        fprintf(stderr, "the shader takes ctx < 1024 and widths d, ff up to "
-                "8192 in multiples of 64\n");
+    b->act_floats = logits_at(s) + (uint64_t)TMAX * s->vocab;
+    if (s->ctx + s->tokens > 1024 || s->d % 64 || s->ff % 64 ||
+        s->tokens < 1 || s->tokens > TMAX ||
+        (uint64_t)s->d * s->tokens > 16384) {
+        fprintf(stderr, "the shader takes ctx + tokens <= 1024, 1 to %d "
+                "tokens, d and ff multiples of 64, and d tokens <= 16384 "
+                "(a normed row's quants in shared memory)\n", TMAX);
         return -1;
     }
     if (b->w_bytes >= (1ull << 32)) {
@@ -176,7 +184,7 @@ static double run(struct bench *b, uint32_t groups, int spin, int steps,
     uint32_t zero = 0;
     struct fill_push fp = {(uint32_t)((b->w_bytes + 3) / 4),
                            (uint32_t)(b->kv_bytes / 4),
-                           (uint32_t)b->act_floats, s->d};
+                           (uint32_t)b->act_floats, TMAX * s->d};
     const struct vk_buffer *fill_bufs[] = {&b->w, &b->kv, &b->act};
     if (vk_upload(b->dev, &b->count, 0, &zero, 4, &err) ||
         vk_begin(b->dev, &err))
@@ -209,7 +217,7 @@ static double run(struct bench *b, uint32_t groups, int spin, int steps,
         goto fail;
     double us = (now_us() - t0) / steps;
     if (vk_download(b->dev, &b->act, logits_at(s) * 4, logits,
-                    s->vocab * 4ull, &err))
+                    (size_t)s->tokens * s->vocab * 4, &err))
         goto fail;
     return us;
 fail:
@@ -226,24 +234,27 @@ static int report(struct bench *b, uint32_t groups, int spin, int steps,
     double us = run(b, groups, spin, steps, skip, got);
     if (us < 0)
         return 1;
-    int same = !memcmp(ref, got, b->s.vocab * sizeof *ref);
+    const uint32_t n = b->s.tokens * b->s.vocab;
+    int same = !memcmp(ref, got, n * sizeof *ref);
     /* logits that are all 0 or not finite would make `same` say nothing */
-    uint32_t live = 0, hash = 2166136261u;
-    for (uint32_t i = 0; i < b->s.vocab; i++) {
+    uint32_t live = 0, hash = 2166136261u, first = 0;
+    for (uint32_t i = 0; i < n; i++) {
         uint32_t bits;
         memcpy(&bits, &got[i], 4);
         hash = (hash ^ bits) * 16777619u;   /* FNV-1a, a word at a time */
         live += got[i] != 0.0f && got[i] - got[i] == 0.0f;
+        if (i + 1 == b->s.vocab)
+            first = hash;
     }
     printf("{\"device\": \"%s\", \"mode\": \"%s\", \"workgroups\": %u, "
-           "\"skip\": %u, \"layers\": %u, \"ctx\": %u, "
+           "\"skip\": %u, \"tokens\": %u, \"layers\": %u, \"ctx\": %u, "
            "\"us_per_step\": %.1f, \"weight_bytes\": %llu, "
            "\"logits_equal\": %s, \"logits_finite_nonzero\": %u, "
-           "\"logits_hash\": \"%08x\"}\n",
+           "\"logits_hash\": \"%08x\", \"first_token_hash\": \"%08x\"}\n",
            vk_device_name(b->dev),
            spin ? "grid_barrier" : "dispatch_per_phase", groups, skip,
-           b->s.layers, b->s.ctx, us, (unsigned long long)b->w_bytes,
-           same ? "true" : "false", live, hash);
+           b->s.tokens, b->s.layers, b->s.ctx, us, (unsigned long long)b->w_bytes,
+           same ? "true" : "false", live, hash, first);
     fflush(stdout);
     return 0;
 }
@@ -278,7 +289,7 @@ int main(int argc, char **argv)
         key_u32(argc, argv, "d", 2048),     key_u32(argc, argv, "ff", 8192),
         key_u32(argc, argv, "heads", 32),   key_u32(argc, argv, "kv", 8),
         key_u32(argc, argv, "layers", 16),  key_u32(argc, argv, "vocab", 128256),
-        key_u32(argc, argv, "ctx", 256)};
+        key_u32(argc, argv, "ctx", 256),    key_u32(argc, argv, "tokens", 1)};
     int steps = (int)key_u32(argc, argv, "steps", 50);
     struct kk_error err;
     int device = (int)key_u32(argc, argv, "device", (uint32_t)-1);
@@ -287,8 +298,8 @@ int main(int argc, char **argv)
         return 1;
     }
     int rc = 1;
-    float *ref = malloc(b.s.vocab * sizeof *ref);
-    float *got = malloc(b.s.vocab * sizeof *got);
+    float *ref = malloc((size_t)TMAX * b.s.vocab * sizeof *ref);
+    float *got = malloc((size_t)TMAX * b.s.vocab * sizeof *got);
     if (!ref || !got ||
         setup(&b, argv[1], key_str(argc, argv, "shader", "decode_phases")))
         goto out;

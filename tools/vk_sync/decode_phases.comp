@@ -1,11 +1,13 @@
 #version 450
 // decode_phases.comp — the shader of tools/vk_sync/bench_persistent_decode.c:
-// the work of one decode step of a llama-shaped model with Q8_0 weights and
-// an f16 cache, as phases. Phase 5 l + k is layer l's
+// the work of one forward pass of pc.tokens tokens (1: a decode step; up
+// to 8: a verify block) of a llama-shaped model with Q8_0 weights and an
+// f16 cache, as phases. Phase 5 l + k is layer l's
 //   k = 0  q/k/v:   x normed (sum of squares over the row), quantized to
 //                   int8 blocks of 32 in shared memory, times Wqkv
-//   k = 1  attention: a workgroup a head, over pc.ctx cached positions and
-//                   the new one (its key and value from q/k/v)
+//   k = 1  attention: a workgroup a (head, token), over pc.ctx cached
+//                   positions and the batch's up to the token (their keys
+//                   and values from q/k/v)
 //   k = 2  o:       x += Wo att
 //   k = 3  gate/up: x normed and quantized, h = silu(Wg x) (Wu x)
 //   k = 4  down:    x += Wd h
@@ -18,6 +20,14 @@
 // The arithmetic of a value never depends on the mode or the grid, so the
 // logits must be the same bits either way: the host checks that, which
 // shows the grid barrier lets no phase read before the one before it wrote.
+// Nor does a token's depend on the tokens after it: the first token's
+// logits are the same bits alone as in a batch (the host prints their
+// hash), as kakeya's speculative decoding needs of any verify form.
+//
+// x is read from the buffer once a phase, each token's row quantized
+// where it was loaded. A single-token form of this shader (at d9e56d1)
+// staged x in shared memory first: a decode step of the 1B shape 876 us on
+// the H200 against this one's 946.
 //
 // Weights are not meant to be a model's: rows are n_cols int8 quants
 // followed by n_cols / 32 f16 scales (the layout kakeya's repacked Q8_0
@@ -33,8 +43,8 @@
 // Switches, for the measurements README.md records: -DWG_SIZE (threads a
 // workgroup, 512 by default), -DCH_WORDS (16-byte words a lane loads at
 // once per row, 4), -DACT_CACHED (activations read through L1: right only
-// with one dispatch a phase) and -DNO_PROLOGUE (x neither staged, normed
-// nor quantized: wrong, timing only).
+// with one dispatch a phase) and -DNO_PROLOGUE (x neither normed nor
+// quantized: wrong, timing only).
 #extension GL_KHR_shader_subgroup_basic : require
 #extension GL_KHR_shader_subgroup_arithmetic : require
 #extension GL_KHR_shader_subgroup_clustered : require
@@ -71,50 +81,56 @@ layout(push_constant) uniform Push {
     uint first, n_phases, spin, base;   // phases; barrier target base
     uint d, ff, n_head, n_kv;         // model width, ffn width, heads
     uint n_layers, vocab, ctx;
-    uint skip;   // bit k: phases of kind k (5: the output) do nothing
+    uint skip;     // bit k: phases of kind k (5: the output) do nothing
+    uint tokens;   // 1 .. TMAX
 } pc;
 
 #define HD 64u
+#define TMAX 8u        // tokens a pass at most
+#define CC 2048u       // x quants a token at TMAX tokens (more at fewer)
 
 spirv_instruction(extensions = ["SPV_KHR_integer_dot_product"],
                   capabilities = [6019, 6018], id = 4450)
 int sdot(uint a, uint b, spirv_literal int packed_vector_format);
 
-// activation offsets
-uint x_at() { return 0u; }
-uint qkv_at() { return pc.d; }
-uint att_at() { return qkv_at() + pc.d + 2u * pc.n_kv * HD; }
-uint h_at() { return att_at() + pc.d; }
-uint logits_at() { return h_at() + pc.ff; }
+// activations, each a row per token: x, q/k/v, the attention's output, h,
+// logits (offsets in floats)
+uint qkv_rows() { return pc.d + 2u * pc.n_kv * HD; }
+uint x_at(uint t) { return t * pc.d; }
+uint qkv_at(uint t) { return TMAX * pc.d + t * qkv_rows(); }
+uint att_at(uint t) { return TMAX * (pc.d + qkv_rows()) + t * pc.d; }
+uint h_at(uint t) { return TMAX * (2u * pc.d + qkv_rows()) + t * pc.ff; }
+uint logits_at(uint t)
+{
+    return TMAX * (2u * pc.d + qkv_rows() + pc.ff) + t * pc.vocab;
+}
 
 // row bytes and matrix offsets, in bytes
 uint row_bytes(uint cols) { return cols + cols / 16u; }
-uint qkv_rows() { return pc.d + 2u * pc.n_kv * HD; }
 uint layer_bytes()
 {
     return qkv_rows() * row_bytes(pc.d) + pc.d * row_bytes(pc.d) +
            2u * pc.ff * row_bytes(pc.d) + pc.d * row_bytes(pc.ff);
 }
 
-shared float xf[8192];            // the phase's input, staged
-shared uvec4 xq4[8192u / 16u];   // x's quants, 16 a word
-shared float xd[8192u / 32u];    // x's block scales
-shared float red[WG / 8u];       // one value per subgroup (at least 8 wide)
-// Attention's scores (up to 1024 positions, then WG partial sums) live in
-// xf past the head's q, k and v: the arrays stay under the 48 KiB a
-// workgroup gets on NVIDIA (past it, pipelines were made and the device
-// was lost at the first dispatch).
-#define SCORES(i) xf[1024u + (i)]
+shared uvec4 xq4[TMAX * CC / 16u];   // x's quants, 16 a word
+shared float xd[TMAX * CC / 32u];    // x's block scales
+shared float red[WG / 8u][TMAX];     // a value a subgroup (at least 8 wide)
+shared float norm[TMAX];             // each token's norm scale
+// attention: q, then the batch's keys and values of the head's kv head;
+// scores of up to 1024 positions, then WG partial sums
+shared float qkv_sh[HD * (1u + 2u * TMAX)];
+shared float scores[1024u + WG];
 
 float wg_sum(float v)
 {
     float s = subgroupAdd(v);
     if (subgroupElect())
-        red[gl_SubgroupID] = s;
+        red[gl_SubgroupID][0] = s;
     barrier();
     float t = 0.0;
     for (uint i = 0u; i < gl_NumSubgroups; i++)
-        t += red[i];
+        t += red[i][0];
     barrier();
     return t;
 }
@@ -123,60 +139,82 @@ float wg_max(float v)
 {
     float s = subgroupMax(v);
     if (subgroupElect())
-        red[gl_SubgroupID] = s;
+        red[gl_SubgroupID][0] = s;
     barrier();
     float t = -3.0e38;
     for (uint i = 0u; i < gl_NumSubgroups; i++)
-        t = max(t, red[i]);
+        t = max(t, red[i][0]);
     barrier();
     return t;
 }
 
-// act[src .. src + n) into xf (n a multiple of 4, at most 8192): every
-// load issued before any is stored, one round trip.
-#define STAGE_MAX 8u
-void stage_x(uint src, uint n)
+// Columns col0 .. col0 + n of each token's row at act[src0 + t stride]
+// into xq4/xd (token t's n / 16 words from t n / 16): 8 lanes a block of
+// 32, 4 values a lane, every load issued before any is used, at most
+// QROUNDS blocks a group of 8 lanes (pc.tokens n <= TMAX CC).
+// `normed`: the columns are the whole row, times 1 / its rms, which the
+// values loaded give (the tokens' sums of squares in one reduction).
+#define QROUNDS (TMAX * CC / 4u / WG)
+void quantize_x(uint src0, uint stride, uint col0, uint n, bool normed)
 {
-    vec4 v[STAGE_MAX];
-    [[unroll]] for (uint k = 0u; k < STAGE_MAX; k++)
-        if (k * WG + gl_LocalInvocationID.x < n / 4u)
-            v[k] = act4[src / 4u + k * WG + gl_LocalInvocationID.x];
-    [[unroll]] for (uint k = 0u; k < STAGE_MAX; k++)
-        if (k * WG + gl_LocalInvocationID.x < n / 4u) {
-            uint c = 4u * (k * WG + gl_LocalInvocationID.x);
-            xf[c] = v[k].x;
-            xf[c + 1u] = v[k].y;
-            xf[c + 2u] = v[k].z;
-            xf[c + 3u] = v[k].w;
+    const uint j = gl_LocalInvocationID.x % 8u, g = gl_LocalInvocationID.x / 8u;
+    const uint nb = n / 32u, units = pc.tokens * nb;
+    const uint rounds = (units + WG / 8u - 1u) / (WG / 8u);
+    vec4 v[QROUNDS];
+    [[unroll]] for (uint k = 0u; k < QROUNDS; k++) {
+        if (k >= rounds)   /* (uniform: no load issued for nothing) */
+            break;
+        const uint u = min(k * (WG / 8u) + g, units - 1u);
+        const uint t = u / nb, b = u % nb;
+        v[k] = act4[(src0 + t * stride + col0 + 32u * b + 4u * j) / 4u];
+    }
+    if (normed) {
+        float s[TMAX];
+        [[unroll]] for (uint t = 0u; t < TMAX; t++)
+            s[t] = 0.0;
+        [[unroll]] for (uint k = 0u; k < QROUNDS; k++) {
+            if (k >= rounds)
+                break;
+            const uint u = k * (WG / 8u) + g;
+            const float sq = u < units ? dot(v[k], v[k]) : 0.0;
+            [[unroll]] for (uint t = 0u; t < TMAX; t++)
+                s[t] += u / nb == t ? sq : 0.0;
         }
-    barrier();
-}
-
-float rms_scale(uint n)
-{
-    float s = 0.0;
-    for (uint i = gl_LocalInvocationID.x; i < n; i += WG)
-        s += xf[i] * xf[i];
-    return inversesqrt(wg_sum(s) / float(n) + 1e-5);
-}
-
-// xf[0 .. n) times `scale` into xq4/xd: 8 lanes a block of 32, 4 values
-// a lane.
-void quantize_x(uint n, float scale)
-{
-    const uint j = gl_LocalInvocationID.x % 8u;
-    for (uint b = gl_LocalInvocationID.x / 8u; b < n / 32u; b += WG / 8u) {
-        const uint c = 32u * b + 4u * j;
-        vec4 v = vec4(xf[c], xf[c + 1u], xf[c + 2u], xf[c + 3u]) * scale;
-        vec4 a = abs(v);
-        float amax = subgroupClusteredMax(max(max(a.x, a.y), max(a.z, a.w)), 8u);
-        float id = amax > 0.0 ? 127.0 / amax : 0.0;
-        ivec4 q = ivec4(round(v * id));
-        uint word = (uint(q.x) & 255u) | ((uint(q.y) & 255u) << 8u) |
-                    ((uint(q.z) & 255u) << 16u) | ((uint(q.w) & 255u) << 24u);
-        xq4[2u * b + j / 4u][j % 4u] = word;
+        [[unroll]] for (uint t = 0u; t < TMAX; t++) {
+            if (t >= pc.tokens)
+                break;
+            const float ss = subgroupAdd(s[t]);
+            if (subgroupElect())
+                red[gl_SubgroupID][t] = ss;
+        }
+        barrier();
+        if (gl_LocalInvocationID.x < pc.tokens) {
+            const uint t = gl_LocalInvocationID.x;
+            float sum = 0.0;
+            for (uint i = 0u; i < gl_NumSubgroups; i++)
+                sum += red[i][t];
+            norm[t] = inversesqrt(sum / float(n) + 1e-5);
+        }
+        barrier();
+    }
+    [[unroll]] for (uint k = 0u; k < QROUNDS; k++) {
+        if (k >= rounds)
+            break;
+        const uint u = k * (WG / 8u) + g;
+        const uint t = min(u, units - 1u) / nb, b = min(u, units - 1u) % nb;
+        const vec4 x = normed ? v[k] * norm[t] : v[k];
+        const vec4 a = abs(x);
+        const float amax =
+            subgroupClusteredMax(max(max(a.x, a.y), max(a.z, a.w)), 8u);
+        const float id = amax > 0.0 ? 127.0 / amax : 0.0;
+        const ivec4 q = ivec4(round(x * id));
+        if (u >= units)
+            continue;
+        xq4[t * (n / 16u) + 2u * b + j / 4u][j % 4u] =
+            (uint(q.x) & 255u) | ((uint(q.y) & 255u) << 8u) |
+            ((uint(q.z) & 255u) << 16u) | ((uint(q.w) & 255u) << 24u);
         if (j == 0u)
-            xd[b] = amax / 127.0;
+            xd[t * (n / 32u) + b] = amax / 127.0;
     }
     barrier();
 }
@@ -190,15 +228,16 @@ float half_at(uint byte_off)
 // A product phase: rows taken a pair at a time by a subgroup (rows 2q and
 // 2q + 1, or gated: gate row q and up row ff + q), each pair's columns in
 // chunks of CH 16-byte words a lane (lane j: words j, j + sg, ...), every
-// load of a chunk (both rows) issued before any is used. A lane adds its
-// words in the same order whatever CH is, so the bits are CH's too.
+// load of a chunk (both rows) issued before any is used, each word's
+// quants multiplied with every token's. A lane adds its words in the same
+// order whatever CH is, so the bits are CH's too.
 #ifndef CH_WORDS
 #define CH_WORDS 4
 #endif
 #define CH uint(CH_WORDS)
 struct matvec_t {
-    uint mat, pairs, cols, dst, kind;   // kind 0 store, 1 add, 2 gated
-};
+    uint mat, pairs, cols, src, src_stride, dst, dst_stride, kind;
+};   // kind 0 store, 1 add, 2 gated
 struct chunk_t {
     uvec4 w[2][CH];
     float dw[2][CH];
@@ -207,15 +246,16 @@ struct chunk_t {
 uint row_a(matvec_t m, uint q) { return m.kind == 2u ? q : 2u * q; }
 uint row_b(matvec_t m, uint q) { return m.kind == 2u ? q + m.pairs : 2u * q + 1u; }
 
-chunk_t load_chunk(matvec_t m, uint q, uint c)
+// Chunk c of the pair's columns col0 .. col0 + n.
+chunk_t load_chunk(matvec_t m, uint q, uint col0, uint n, uint c)
 {
     const uint sg = gl_SubgroupSize, j = gl_SubgroupInvocationID;
-    const uint words = m.cols / 16u, rb = row_bytes(m.cols);
+    const uint words = n / 16u, rb = row_bytes(m.cols);
     chunk_t ch;
     [[unroll]] for (uint r = 0u; r < 2u; r++) {
         const uint base = m.mat + (r == 0u ? row_a(m, q) : row_b(m, q)) * rb;
         [[unroll]] for (uint k = 0u; k < CH; k++) {
-            uint i = min(c * sg * CH + j + k * sg, words - 1u);
+            const uint i = col0 / 16u + min(c * sg * CH + j + k * sg, words - 1u);
             ch.w[r][k] = w4[base / 16u + i];
             ch.dw[r][k] = half_at(base + m.cols + 2u * (i / 2u));
         }
@@ -223,79 +263,122 @@ chunk_t load_chunk(matvec_t m, uint q, uint c)
     return ch;
 }
 
-void add_chunk(matvec_t m, chunk_t ch, uint c, inout float p[2])
+void add_chunk(chunk_t ch, uint n, uint c, inout float p[2][TMAX])
 {
     const uint sg = gl_SubgroupSize, j = gl_SubgroupInvocationID;
-    const uint words = m.cols / 16u;
     [[unroll]] for (uint k = 0u; k < CH; k++) {
-        uint i = c * sg * CH + j + k * sg;
-        if (i >= words)
+        const uint i = c * sg * CH + j + k * sg;
+        if (i >= n / 16u)
             break;
-        uvec4 x = xq4[i];
-        float dx = xd[i / 2u];
-        [[unroll]] for (uint r = 0u; r < 2u; r++) {
-            int s = sdot(ch.w[r][k].x, x.x, 0) + sdot(ch.w[r][k].y, x.y, 0) +
-                    sdot(ch.w[r][k].z, x.z, 0) + sdot(ch.w[r][k].w, x.w, 0);
-            p[r] = fma(float(s), ch.dw[r][k] * dx, p[r]);
+        [[unroll]] for (uint t = 0u; t < TMAX; t++) {
+            if (t >= pc.tokens)
+                break;
+            const uvec4 x = xq4[t * (n / 16u) + i];
+            const float dx = xd[t * (n / 32u) + i / 2u];
+            [[unroll]] for (uint r = 0u; r < 2u; r++) {
+                int s = sdot(ch.w[r][k].x, x.x, 0) + sdot(ch.w[r][k].y, x.y, 0) +
+                        sdot(ch.w[r][k].z, x.z, 0) + sdot(ch.w[r][k].w, x.w, 0);
+                p[r][t] = fma(float(s), ch.dw[r][k] * dx, p[r][t]);
+            }
+        }
+    }
+}
+
+// The pair's row sums for each token (each lane's part added over the
+// subgroup), stored, added to the residual, or gated.
+void store_pair(matvec_t m, uint q, float p[2][TMAX])
+{
+    const uint ra = row_a(m, q), rb = row_b(m, q);
+    [[unroll]] for (uint t = 0u; t < TMAX; t++) {
+        if (t >= pc.tokens)
+            break;
+        const float a = subgroupAdd(p[0][t]), b = subgroupAdd(p[1][t]);
+        const uint o = m.dst + t * m.dst_stride;
+        if (!subgroupElect())
+            continue;
+        if (m.kind == 0u) {
+            act[o + ra] = a;
+            act[o + rb] = b;
+        } else if (m.kind == 1u) {
+            act[o + ra] += a;
+            act[o + rb] += b;
+        } else {
+            act[o + ra] = a / (1.0 + exp(-a)) * b;
         }
     }
 }
 
 uint first_pair() { return gl_WorkGroupID.x * gl_NumSubgroups + gl_SubgroupID; }
 
-// The pair's row sums (each lane's part added over the subgroup), stored,
-// added to the residual, or gated.
-void store_pair(matvec_t m, uint q, float pa, float pb)
-{
-    float a = subgroupAdd(pa), b = subgroupAdd(pb);
-    if (subgroupElect()) {
-        uint ra = row_a(m, q), rb = row_b(m, q);
-        if (m.kind == 0u) {
-            act[m.dst + ra] = a;
-            act[m.dst + rb] = b;
-        } else if (m.kind == 1u) {
-            act[m.dst + ra] += a;
-            act[m.dst + rb] += b;
-        } else {
-            act[m.dst + ra] = a / (1.0 + exp(-a)) * b;
-        }
-    }
-}
-
-// Pair q, q + subgroups, ... of the phase for each subgroup: one pair at a
-// time, its chunks in turn. On the H200 these gained nothing: loading the
-// next pair's chunk before adding up this one's (twice the registers),
-// and loading a phase's first chunk before the grid barrier (in registers,
-// and with a branch on them so that no compiler sinks the loads); and down's
-// four chunks a pair split across four subgroups, their sums added through
-// shared memory, gained 1.4% of a step.
-void matvec(matvec_t m)
+// Pairs q, q + subgroups, ... of the phase for each subgroup, in waves
+// (every workgroup takes part in each, for the barriers of quantizing x a
+// span of columns at a time where all do not fit); a pair's chunks in
+// turn. (-DNO_PROLOGUE: x left as the last phase quantized it: wrong,
+// timing only, to see what norming and quantizing cost.) On the H200, at one
+// token, these gained nothing: loading the next pair's chunk before
+// adding up this one's (twice the registers), and loading a phase's first
+// chunk before the grid barrier (in registers, and with a branch on them
+// so that no compiler sinks the loads); and down's four chunks a pair
+// split across four subgroups, their sums added through shared memory,
+// gained 1.4% of a step.
+void matvec(matvec_t m, bool normed)
 {
     const uint subgroups = gl_NumWorkGroups.x * gl_NumSubgroups;
-    const uint chunks = (m.cols / 16u + gl_SubgroupSize * CH - 1u) /
-                        (gl_SubgroupSize * CH);
-    for (uint q = first_pair(); q < m.pairs; q += subgroups) {
-        float p[2] = float[2](0.0, 0.0);
-        for (uint c = 0u; c < chunks; c++)
-            add_chunk(m, load_chunk(m, q, c), c, p);
-        store_pair(m, q, p[0], p[1]);
+    const uint waves = (m.pairs + subgroups - 1u) / subgroups;
+    /* columns quantized at a time: all of them when they fit (a normed
+     * row always does) */
+    const uint span = min(m.cols, (TMAX * CC / pc.tokens) & ~511u);
+    const uint spans = (m.cols + span - 1u) / span;
+#ifndef NO_PROLOGUE
+    if (spans == 1u)
+        quantize_x(m.src, m.src_stride, 0u, m.cols, normed);
+#endif
+    for (uint w = 0u; w < waves; w++) {
+        const uint q = first_pair() + w * subgroups;
+        float p[2][TMAX];
+        [[unroll]] for (uint t = 0u; t < TMAX; t++) {
+            p[0][t] = 0.0;
+            p[1][t] = 0.0;
+        }
+        for (uint sp = 0u; sp < spans; sp++) {
+            const uint col0 = sp * span, n = min(span, m.cols - col0);
+#ifndef NO_PROLOGUE
+            if (spans > 1u) {
+                barrier();   // every subgroup is done with the last span
+                quantize_x(m.src, m.src_stride, col0, n, false);
+            }
+#endif
+            const uint chunks = (n / 16u + gl_SubgroupSize * CH - 1u) /
+                                (gl_SubgroupSize * CH);
+            if (q < m.pairs)
+                for (uint c = 0u; c < chunks; c++)
+                    add_chunk(load_chunk(m, q, col0, n, c), n, c, p);
+        }
+        if (q < m.pairs)
+            store_pair(m, q, p);
     }
 }
 
-// Head h's attention over ctx cached positions and the new one.
-void attention(uint layer, uint h)
+// Head h's attention for token tk of the batch: over ctx cached positions
+// and the batch's tokens 0 .. tk.
+void attention(uint layer, uint h, uint tk)
 {
     const uint kvh = h / (pc.n_head / pc.n_kv), t = gl_LocalInvocationID.x;
-    const uint kn = qkv_at() + pc.d + kvh * HD;
-    const uint vn = kn + pc.n_kv * HD;
     // cache words (2 halves each) of this kv head's keys, then values
     const uint kbase = ((layer * pc.n_kv + kvh) * 2u * pc.ctx) * HD / 2u;
     const uint vbase = kbase + pc.ctx * HD / 2u;
-    const uint n = pc.ctx + 1u;
-    if (t < HD) {
-        xf[t] = act[qkv_at() + h * HD + t];
-        xf[HD + t] = act[kn + t];
-        xf[2u * HD + t] = act[vn + t];
+    const uint n = pc.ctx + tk + 1u;
+    // q, then the batch's keys, then its values (up to tk)
+    for (uint i = t; i < HD * (1u + 2u * (tk + 1u)); i += WG) {
+        const uint part = i / HD, e = i % HD;
+        uint at;
+        if (part == 0u)
+            at = qkv_at(tk) + h * HD + e;
+        else if (part <= tk + 1u)
+            at = qkv_at(part - 1u) + pc.d + kvh * HD + e;
+        else
+            at = qkv_at(part - tk - 2u) + pc.d + (pc.n_kv + kvh) * HD + e;
+        qkv_sh[part <= tk + 1u ? i : i + HD * (TMAX - tk - 1u)] = act[at];
     }
     barrier();
     float m = -3.0e38;
@@ -309,43 +392,45 @@ void attention(uint layer, uint h)
                 vec2 a = unpackHalf2x16(w[k].x), b = unpackHalf2x16(w[k].y);
                 vec2 c = unpackHalf2x16(w[k].z), e = unpackHalf2x16(w[k].w);
                 uint o = 8u * k;
-                s += a.x * xf[o] + a.y * xf[o + 1u] + b.x * xf[o + 2u] +
-                     b.y * xf[o + 3u] + c.x * xf[o + 4u] + c.y * xf[o + 5u] +
-                     e.x * xf[o + 6u] + e.y * xf[o + 7u];
+                s += a.x * qkv_sh[o] + a.y * qkv_sh[o + 1u] +
+                     b.x * qkv_sh[o + 2u] + b.y * qkv_sh[o + 3u] +
+                     c.x * qkv_sh[o + 4u] + c.y * qkv_sh[o + 5u] +
+                     e.x * qkv_sh[o + 6u] + e.y * qkv_sh[o + 7u];
             }
         } else {
+            const uint kb = HD * (1u + p - pc.ctx);
             for (uint k = 0u; k < HD; k++)
-                s += xf[HD + k] * xf[k];
+                s += qkv_sh[kb + k] * qkv_sh[k];
         }
         s *= 0.125;
-        SCORES(p) = s;
+        scores[p] = s;
         m = max(m, s);
     }
     m = wg_max(m);
     float l = 0.0;
     for (uint p = t; p < n; p += WG) {
-        float e = exp(SCORES(p) - m);
-        SCORES(p) = e;
+        float e = exp(scores[p] - m);
+        scores[p] = e;
         l += e;
     }
     l = wg_sum(l);   // its barriers also make scores visible
-    // 4 partitions of 64 threads, each a value of the head
+    // WG / HD partitions of HD threads, each a value of the head
     const uint dim = t % HD, part = t / HD;
     float o = 0.0;
     for (uint p = part; p < n; p += WG / HD) {
         float v = p < pc.ctx
                       ? unpackHalf2x16(kv1[vbase + p * HD / 2u + dim / 2u] >>
                                        (16u * (dim & 1u))).x
-                      : xf[2u * HD + dim];
-        o = fma(SCORES(p), v, o);
+                      : qkv_sh[HD * (1u + TMAX + p - pc.ctx) + dim];
+        o = fma(scores[p], v, o);
     }
-    SCORES(1024u + t) = o;
+    scores[1024u + t] = o;
     barrier();
     if (t < HD) {
         float s = 0.0;
         for (uint k = 0u; k < WG / HD; k++)
-            s += SCORES(1024u + k * HD + t);
-        act[att_at() + h * HD + t] = s / l;
+            s += scores[1024u + k * HD + t];
+        act[att_at(tk) + h * HD + t] = s / l;
     }
     barrier();
 }
@@ -371,25 +456,30 @@ bool skipped(uint ph)
     return (pc.skip >> (layer == pc.n_layers ? 5u : k) & 1u) != 0u;
 }
 
-// The product of phase ph (false: attention, which has none).
-bool product_of(uint ph, out matvec_t m)
+// The product of phase ph (false: attention, which has none), and whether
+// its x is normed.
+bool product_of(uint ph, out matvec_t m, out bool normed)
 {
     const uint layer = ph / 5u, k = ph % 5u;
     const uint lb = layer * layer_bytes();
     const uint wqkv = lb, wo = wqkv + qkv_rows() * row_bytes(pc.d);
     const uint wgu = wo + pc.d * row_bytes(pc.d);
     const uint wd = wgu + 2u * pc.ff * row_bytes(pc.d);
-    m = matvec_t(0u, 0u, pc.d, 0u, 0u);
+    const uint d = pc.d;
+    normed = layer == pc.n_layers || k == 0u || k == 3u;
+    m = matvec_t(0u, 0u, d, 0u, 0u, 0u, 0u, 0u);
     if (layer == pc.n_layers)
-        m = matvec_t(lb, pc.vocab / 2u, pc.d, logits_at(), 0u);
+        m = matvec_t(lb, pc.vocab / 2u, d, x_at(0u), d, logits_at(0u),
+                     pc.vocab, 0u);
     else if (k == 0u)
-        m = matvec_t(wqkv, qkv_rows() / 2u, pc.d, qkv_at(), 0u);
+        m = matvec_t(wqkv, qkv_rows() / 2u, d, x_at(0u), d, qkv_at(0u),
+                     qkv_rows(), 0u);
     else if (k == 2u)
-        m = matvec_t(wo, pc.d / 2u, pc.d, x_at(), 1u);
+        m = matvec_t(wo, d / 2u, d, att_at(0u), d, x_at(0u), d, 1u);
     else if (k == 3u)
-        m = matvec_t(wgu, pc.ff, pc.d, h_at(), 2u);
+        m = matvec_t(wgu, pc.ff, d, x_at(0u), d, h_at(0u), pc.ff, 2u);
     else if (k == 4u)
-        m = matvec_t(wd, pc.d / 2u, pc.ff, x_at(), 1u);
+        m = matvec_t(wd, d / 2u, pc.ff, h_at(0u), pc.ff, x_at(0u), d, 1u);
     return k != 1u || layer == pc.n_layers;
 }
 
@@ -397,22 +487,15 @@ void phase(uint ph)
 {
     if (skipped(ph))
         return;
-    const uint layer = ph / 5u, k = ph % 5u;
     matvec_t m;
-    if (!product_of(ph, m)) {
-        for (uint h = gl_WorkGroupID.x; h < pc.n_head; h += gl_NumWorkGroups.x)
-            attention(layer, h);
+    bool normed;
+    if (!product_of(ph, m, normed)) {
+        for (uint i = gl_WorkGroupID.x; i < pc.n_head * pc.tokens;
+             i += gl_NumWorkGroups.x)
+            attention(ph / 5u, i % pc.n_head, i / pc.n_head);
         return;
     }
-    const bool normed = layer == pc.n_layers || k == 0u || k == 3u;
-    const uint src = k == 2u ? att_at() : k == 4u ? h_at() : x_at();
-#ifndef NO_PROLOGUE
-    /* (-DNO_PROLOGUE leaves x as the last phase left it: wrong, timing
-     * only, to see what staging, norming and quantizing cost) */
-    stage_x(src, m.cols);
-    quantize_x(m.cols, normed ? rms_scale(m.cols) : 1.0);
-#endif
-    matvec(m);
+    matvec(m, normed);
 }
 
 void main()
