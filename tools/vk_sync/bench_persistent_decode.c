@@ -1,10 +1,10 @@
-/* bench_persistent_decode.c — what a persistent decode kernel would make of
- * a decode step, before the engine has one: decode_phases.comp does a
- * llama-shaped step's work (Q8_0 products with x quantized in shared
- * memory, attention over an f16 cache) as 5 phases a layer and the output
- * matrix, either one dispatch a phase with a pipeline barrier between
- * them (as kakeya's passes run) or all in one dispatch whose workgroups
- * meet at a grid-wide barrier. Not part of the build:
+/* bench_persistent_decode.c — what a persistent pass would make of a
+ * decode step, before the engine has one: decode_phases.comp does a
+ * llama-shaped pass's work (Q8_0 products with x quantized to int8,
+ * attention over an f16 cache) as 5 phases a layer and the output matrix,
+ * either one dispatch a phase with a pipeline barrier between them (as
+ * kakeya's passes run) or all in one dispatch whose workgroups meet at a
+ * grid-wide barrier. Not part of the build:
  *
  *   make build/libkakeya.a
  *   for s in decode_phases decode_fill; do glslc --target-env=vulkan1.1 \
@@ -14,21 +14,28 @@
  *       -lpthread -o build/bench_persistent_decode
  *   build/bench_persistent_decode build [key=value ...]
  *
- * keys: device, d, ff, heads, kv, layers, vocab, ctx (the 1B shape after
- * 256 positions by default), tokens (a pass's, 1 to 8: 1 a decode step,
- * more a verify block; 1 by default), steps, grids (comma list), skips (comma list
- * of masks: bit k leaves out the phases of kind k, 5 the output matrix;
- * what is left shows what a kind costs), shader (decode_phases_cached:
- * built with -DACT_CACHED, right with one dispatch a phase only; any
- * other build of decode_phases.comp by the name its .spv has). Prints one JSON
- * line per mode and grid: µs per decode step, the weights' bytes, and
- * whether the logits are the bits of the first run's (one dispatch a
- * phase): a grid barrier that let a phase read early would show there; a
- * hash of them, to compare builds of the shader; and a hash of the first
- * token's, which must not depend on `tokens` (a token's bits are the same
- * alone as in a batch, as kakeya's speculative decoding needs).
- * On a CPU-backed device (lavapipe) the grid barrier runs on one
- * workgroup only: it runs a few at a time, and more would wait forever. */
+ * Keys:
+ *   device    the Vulkan device (lavapipe is never picked unless named)
+ *   d, ff, heads, kv, layers, vocab, ctx
+ *             the shape, the 1B one after 256 positions by default
+ *   tokens    a pass's, 1 (a decode step, the default) to 8 (a verify block)
+ *   steps     passes a run (50)
+ *   grids     workgroup counts, a comma list: 132 by default, one a
+ *             multiprocessor of the H200 (more than one a multiprocessor
+ *             need not all be resident, and the grid barrier then never
+ *             ends); on a CPU-backed device 1 and 2, the grid barrier on
+ *             one workgroup only (lavapipe runs a few at a time)
+ *   skips     masks, a comma list: bit k leaves out the phases of kind k,
+ *             5 the output matrix; what is left shows what a kind costs
+ *   shader    the .spv's name: another build of decode_phases.comp
+ *             (-DACT_CACHED, -DWG_SIZE=..., as its header lists)
+ *
+ * Prints one JSON line a run: µs a pass; whether the logits are the bits
+ * of the skip's first run (one dispatch a phase on 132 workgroups), which a
+ * grid barrier that let a phase read early would break; a hash of them, to
+ * compare builds; and a hash of the first token's, which must not depend
+ * on `tokens` (a token's bits are the same alone as in a batch, as
+ * kakeya's speculative decoding needs). */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -253,7 +260,8 @@ static int report(struct bench *b, uint32_t groups, int spin, int steps,
            "\"logits_hash\": \"%08x\", \"first_token_hash\": \"%08x\"}\n",
            vk_device_name(b->dev),
            spin ? "grid_barrier" : "dispatch_per_phase", groups, skip,
-           b->s.tokens, b->s.layers, b->s.ctx, us, (unsigned long long)b->w_bytes,
+           b->s.tokens, b->s.layers, b->s.ctx, us,
+           (unsigned long long)b->w_bytes,
            same ? "true" : "false", live, hash, first);
     fflush(stdout);
     return 0;
@@ -288,7 +296,8 @@ int main(int argc, char **argv)
     b.s = (struct shape){
         key_u32(argc, argv, "d", 2048),     key_u32(argc, argv, "ff", 8192),
         key_u32(argc, argv, "heads", 32),   key_u32(argc, argv, "kv", 8),
-        key_u32(argc, argv, "layers", 16),  key_u32(argc, argv, "vocab", 128256),
+        key_u32(argc, argv, "layers", 16),
+        key_u32(argc, argv, "vocab", 128256),
         key_u32(argc, argv, "ctx", 256),    key_u32(argc, argv, "tokens", 1)};
     int steps = (int)key_u32(argc, argv, "steps", 50);
     struct kk_error err;

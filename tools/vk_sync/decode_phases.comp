@@ -1,5 +1,5 @@
 #version 450
-// decode_phases.comp — the shader of tools/vk_sync/bench_persistent_decode.c:
+// decode_phases.comp — the shader of bench_persistent_decode.c beside it:
 // the work of one forward pass of pc.tokens tokens (1: a decode step; up
 // to 8: a verify block) of a llama-shaped model with Q8_0 weights and an
 // f16 cache, as phases. Phase 5 l + k is layer l's
@@ -157,7 +157,8 @@ float wg_max(float v)
 #define QROUNDS (TMAX * CC / 4u / WG)
 void quantize_x(uint src0, uint stride, uint col0, uint n, bool normed)
 {
-    const uint j = gl_LocalInvocationID.x % 8u, g = gl_LocalInvocationID.x / 8u;
+    const uint j = gl_LocalInvocationID.x % 8u;
+    const uint g = gl_LocalInvocationID.x / 8u;
     const uint nb = n / 32u, units = pc.tokens * nb;
     const uint rounds = (units + WG / 8u - 1u) / (WG / 8u);
     vec4 v[QROUNDS];
@@ -244,7 +245,10 @@ struct chunk_t {
 };
 
 uint row_a(matvec_t m, uint q) { return m.kind == 2u ? q : 2u * q; }
-uint row_b(matvec_t m, uint q) { return m.kind == 2u ? q + m.pairs : 2u * q + 1u; }
+uint row_b(matvec_t m, uint q)
+{
+    return m.kind == 2u ? q + m.pairs : 2u * q + 1u;
+}
 
 // Chunk c of the pair's columns col0 .. col0 + n.
 chunk_t load_chunk(matvec_t m, uint q, uint col0, uint n, uint c)
@@ -255,7 +259,8 @@ chunk_t load_chunk(matvec_t m, uint q, uint col0, uint n, uint c)
     [[unroll]] for (uint r = 0u; r < 2u; r++) {
         const uint base = m.mat + (r == 0u ? row_a(m, q) : row_b(m, q)) * rb;
         [[unroll]] for (uint k = 0u; k < CH; k++) {
-            const uint i = col0 / 16u + min(c * sg * CH + j + k * sg, words - 1u);
+            const uint i =
+                col0 / 16u + min(c * sg * CH + j + k * sg, words - 1u);
             ch.w[r][k] = w4[base / 16u + i];
             ch.dw[r][k] = half_at(base + m.cols + 2u * (i / 2u));
         }
@@ -276,8 +281,9 @@ void add_chunk(chunk_t ch, uint n, uint c, inout float p[2][TMAX])
             const uvec4 x = xq4[t * (n / 16u) + i];
             const float dx = xd[t * (n / 32u) + i / 2u];
             [[unroll]] for (uint r = 0u; r < 2u; r++) {
-                int s = sdot(ch.w[r][k].x, x.x, 0) + sdot(ch.w[r][k].y, x.y, 0) +
-                        sdot(ch.w[r][k].z, x.z, 0) + sdot(ch.w[r][k].w, x.w, 0);
+                const uvec4 w = ch.w[r][k];
+                const int s = sdot(w.x, x.x, 0) + sdot(w.y, x.y, 0) +
+                              sdot(w.z, x.z, 0) + sdot(w.w, x.w, 0);
                 p[r][t] = fma(float(s), ch.dw[r][k] * dx, p[r][t]);
             }
         }
@@ -308,7 +314,10 @@ void store_pair(matvec_t m, uint q, float p[2][TMAX])
     }
 }
 
-uint first_pair() { return gl_WorkGroupID.x * gl_NumSubgroups + gl_SubgroupID; }
+uint first_pair()
+{
+    return gl_WorkGroupID.x * gl_NumSubgroups + gl_SubgroupID;
+}
 
 // Pairs q, q + subgroups, ... of the phase for each subgroup, in waves
 // (every workgroup takes part in each, for the barriers of quantizing x a
