@@ -22,37 +22,13 @@
 #include <time.h>
 
 #include "vk_device.h"
+#include "vk_tool.h"
 
 enum { HALF = 1 << 16, PHASES = 2000 };
 
 struct push {
     uint32_t n, phases, first, spin;
 };
-
-static double now_us(void)
-{
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec * 1e6 + (double)t.tv_nsec * 1e-3;
-}
-
-static void *read_file(const char *path, size_t *bytes)
-{
-    FILE *f = fopen(path, "rb");
-    if (!f)
-        return NULL;
-    fseek(f, 0, SEEK_END);
-    long size = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    void *p = size > 0 ? malloc((size_t)size) : NULL;
-    if (p && fread(p, 1, (size_t)size, f) != (size_t)size) {
-        free(p);
-        p = NULL;
-    }
-    fclose(f);
-    *bytes = (size_t)size;
-    return p;
-}
 
 /* Zeroes data and the counter, runs PHASES phases over `groups`
  * workgroups (one dispatch with grid barriers, or one per phase), and

@@ -43,6 +43,7 @@
 #include <time.h>
 
 #include "vk_device.h"
+#include "vk_tool.h"
 
 enum { HD = 64, TMAX = 8 };
 
@@ -68,31 +69,6 @@ struct bench {
     struct shape s;
     uint64_t w_bytes, kv_bytes, act_floats;
 };
-
-static double now_us(void)
-{
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec * 1e6 + (double)t.tv_nsec * 1e-3;
-}
-
-static void *read_file(const char *path, size_t *bytes)
-{
-    FILE *f = fopen(path, "rb");
-    if (!f)
-        return NULL;
-    fseek(f, 0, SEEK_END);
-    long size = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    void *p = size > 0 ? malloc((size_t)size) : NULL;
-    if (p && fread(p, 1, (size_t)size, f) != (size_t)size) {
-        free(p);
-        p = NULL;
-    }
-    fclose(f);
-    *bytes = (size_t)size;
-    return p;
-}
 
 static uint64_t row_bytes(uint64_t cols) { return cols + cols / 16; }
 
