@@ -42,9 +42,10 @@
 //
 // Switches, for the measurements README.md records: -DWG_SIZE (threads a
 // workgroup, 512 by default), -DCH_WORDS (16-byte words a lane loads at
-// once per row, 4), -DACT_CACHED (activations read through L1: right only
-// with one dispatch a phase) and -DNO_PROLOGUE (x neither normed nor
-// quantized: wrong, timing only).
+// once per row, 4), -DPAIRS (pairs of rows a subgroup takes at once, 1),
+// -DACT_CACHED (activations read through L1: right only with one dispatch
+// a phase) and -DNO_PROLOGUE (x neither normed nor quantized: wrong,
+// timing only). None changes a value's bits but the last two.
 #extension GL_KHR_shader_subgroup_basic : require
 #extension GL_KHR_shader_subgroup_arithmetic : require
 #extension GL_KHR_shader_subgroup_clustered : require
@@ -236,12 +237,17 @@ float half_at(uint byte_off)
 #define CH_WORDS 4
 #endif
 #define CH uint(CH_WORDS)
+// pairs of rows a subgroup takes at once (-DPAIRS, 1 by default)
+#ifndef PAIRS
+#define PAIRS 1
+#endif
+#define NR (2u * uint(PAIRS))   // rows a subgroup takes at once
 struct matvec_t {
     uint mat, pairs, cols, src, src_stride, dst, dst_stride, kind;
 };   // kind 0 store, 1 add, 2 gated
 struct chunk_t {
-    uvec4 w[2][CH];
-    float dw[2][CH];
+    uvec4 w[NR][CH];
+    float dw[NR][CH];
 };
 
 uint row_a(matvec_t m, uint q) { return m.kind == 2u ? q : 2u * q; }
@@ -250,14 +256,22 @@ uint row_b(matvec_t m, uint q)
     return m.kind == 2u ? q + m.pairs : 2u * q + 1u;
 }
 
-// Chunk c of the pair's columns col0 .. col0 + n.
-chunk_t load_chunk(matvec_t m, uint q, uint col0, uint n, uint c)
+uint subgroups() { return gl_NumWorkGroups.x * gl_NumSubgroups; }
+
+// Pair i of the subgroup's wave from q0: q0 + i subgroups().
+uint pair_of(uint q0, uint i) { return q0 + i * subgroups(); }
+
+// Chunk c of the wave's pairs' columns col0 .. col0 + n (a pair past the
+// matrix loads its last one again, and is not stored).
+chunk_t load_chunk(matvec_t m, uint q0, uint col0, uint n, uint c)
 {
     const uint sg = gl_SubgroupSize, j = gl_SubgroupInvocationID;
     const uint words = n / 16u, rb = row_bytes(m.cols);
     chunk_t ch;
-    [[unroll]] for (uint r = 0u; r < 2u; r++) {
-        const uint base = m.mat + (r == 0u ? row_a(m, q) : row_b(m, q)) * rb;
+    [[unroll]] for (uint r = 0u; r < NR; r++) {
+        const uint q = min(pair_of(q0, r / 2u), m.pairs - 1u);
+        const uint base =
+            m.mat + ((r & 1u) == 0u ? row_a(m, q) : row_b(m, q)) * rb;
         [[unroll]] for (uint k = 0u; k < CH; k++) {
             const uint i =
                 col0 / 16u + min(c * sg * CH + j + k * sg, words - 1u);
@@ -268,7 +282,7 @@ chunk_t load_chunk(matvec_t m, uint q, uint col0, uint n, uint c)
     return ch;
 }
 
-void add_chunk(chunk_t ch, uint n, uint c, inout float p[2][TMAX])
+void add_chunk(chunk_t ch, uint n, uint c, inout float p[NR][TMAX])
 {
     const uint sg = gl_SubgroupSize, j = gl_SubgroupInvocationID;
     [[unroll]] for (uint k = 0u; k < CH; k++) {
@@ -280,7 +294,7 @@ void add_chunk(chunk_t ch, uint n, uint c, inout float p[2][TMAX])
                 break;
             const uvec4 x = xq4[t * (n / 16u) + i];
             const float dx = xd[t * (n / 32u) + i / 2u];
-            [[unroll]] for (uint r = 0u; r < 2u; r++) {
+            [[unroll]] for (uint r = 0u; r < NR; r++) {
                 const uvec4 w = ch.w[r][k];
                 const int s = sdot(w.x, x.x, 0) + sdot(w.y, x.y, 0) +
                               sdot(w.z, x.z, 0) + sdot(w.w, x.w, 0);
@@ -290,26 +304,32 @@ void add_chunk(chunk_t ch, uint n, uint c, inout float p[2][TMAX])
     }
 }
 
-// The pair's row sums for each token (each lane's part added over the
+// The wave's row sums for each token (each lane's part added over the
 // subgroup), stored, added to the residual, or gated.
-void store_pair(matvec_t m, uint q, float p[2][TMAX])
+void store_pairs(matvec_t m, uint q0, float p[NR][TMAX])
 {
-    const uint ra = row_a(m, q), rb = row_b(m, q);
-    [[unroll]] for (uint t = 0u; t < TMAX; t++) {
-        if (t >= pc.tokens)
+    [[unroll]] for (uint i = 0u; i < NR / 2u; i++) {
+        const uint q = pair_of(q0, i);
+        if (q >= m.pairs)
             break;
-        const float a = subgroupAdd(p[0][t]), b = subgroupAdd(p[1][t]);
-        const uint o = m.dst + t * m.dst_stride;
-        if (!subgroupElect())
-            continue;
-        if (m.kind == 0u) {
-            act[o + ra] = a;
-            act[o + rb] = b;
-        } else if (m.kind == 1u) {
-            act[o + ra] += a;
-            act[o + rb] += b;
-        } else {
-            act[o + ra] = a / (1.0 + exp(-a)) * b;
+        const uint ra = row_a(m, q), rb = row_b(m, q);
+        [[unroll]] for (uint t = 0u; t < TMAX; t++) {
+            if (t >= pc.tokens)
+                break;
+            const float a = subgroupAdd(p[2u * i][t]);
+            const float b = subgroupAdd(p[2u * i + 1u][t]);
+            const uint o = m.dst + t * m.dst_stride;
+            if (!subgroupElect())
+                continue;
+            if (m.kind == 0u) {
+                act[o + ra] = a;
+                act[o + rb] = b;
+            } else if (m.kind == 1u) {
+                act[o + ra] += a;
+                act[o + rb] += b;
+            } else {
+                act[o + ra] = a / (1.0 + exp(-a)) * b;
+            }
         }
     }
 }
@@ -319,11 +339,11 @@ uint first_pair()
     return gl_WorkGroupID.x * gl_NumSubgroups + gl_SubgroupID;
 }
 
-// Pairs q, q + subgroups, ... of the phase for each subgroup, in waves
-// (every workgroup takes part in each, for the barriers of quantizing x a
-// span of columns at a time where all do not fit); a pair's chunks in
-// turn. (-DNO_PROLOGUE: x left as the last phase quantized it: wrong,
-// timing only, to see what norming and quantizing cost.) On the H200, at one
+// Waves of PAIRS pairs a subgroup (q, q + subgroups, ...), every
+// workgroup taking part in each, for the barriers of quantizing x a span
+// of columns at a time where all do not fit; a wave's chunks in turn.
+// (-DNO_PROLOGUE: x left as the last phase quantized it: wrong, timing
+// only, to see what norming and quantizing cost.) On the H200, at one
 // token, these gained nothing: loading the next pair's chunk before
 // adding up this one's (twice the registers), and loading a phase's first
 // chunk before the grid barrier (in registers, and with a branch on them
@@ -332,8 +352,8 @@ uint first_pair()
 // gained 1.4% of a step.
 void matvec(matvec_t m, bool normed)
 {
-    const uint subgroups = gl_NumWorkGroups.x * gl_NumSubgroups;
-    const uint waves = (m.pairs + subgroups - 1u) / subgroups;
+    const uint per_wave = subgroups() * (NR / 2u);
+    const uint waves = (m.pairs + per_wave - 1u) / per_wave;
     /* columns quantized at a time: all of them when they fit (a normed
      * row always does) */
     const uint span = min(m.cols, (TMAX * CC / pc.tokens) & ~511u);
@@ -343,12 +363,11 @@ void matvec(matvec_t m, bool normed)
         quantize_x(m.src, m.src_stride, 0u, m.cols, normed);
 #endif
     for (uint w = 0u; w < waves; w++) {
-        const uint q = first_pair() + w * subgroups;
-        float p[2][TMAX];
-        [[unroll]] for (uint t = 0u; t < TMAX; t++) {
-            p[0][t] = 0.0;
-            p[1][t] = 0.0;
-        }
+        const uint q0 = first_pair() + w * per_wave;
+        float p[NR][TMAX];
+        [[unroll]] for (uint r = 0u; r < NR; r++)
+            [[unroll]] for (uint t = 0u; t < TMAX; t++)
+                p[r][t] = 0.0;
         for (uint sp = 0u; sp < spans; sp++) {
             const uint col0 = sp * span, n = min(span, m.cols - col0);
 #ifndef NO_PROLOGUE
@@ -359,12 +378,12 @@ void matvec(matvec_t m, bool normed)
 #endif
             const uint chunks = (n / 16u + gl_SubgroupSize * CH - 1u) /
                                 (gl_SubgroupSize * CH);
-            if (q < m.pairs)
+            if (q0 < m.pairs)
                 for (uint c = 0u; c < chunks; c++)
-                    add_chunk(load_chunk(m, q, col0, n, c), n, c, p);
+                    add_chunk(load_chunk(m, q0, col0, n, c), n, c, p);
         }
-        if (q < m.pairs)
-            store_pair(m, q, p);
+        if (q0 < m.pairs)
+            store_pairs(m, q0, p);
     }
 }
 
