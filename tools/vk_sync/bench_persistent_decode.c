@@ -212,6 +212,10 @@ fail:
 static int report(struct bench *b, uint32_t groups, int spin, int steps,
                   uint32_t skip, const float *ref, float *got)
 {
+    if (groups == 0) {
+        fprintf(stderr, "grids: workgroup counts of at least 1\n");
+        return 1;
+    }
     if (spin && vk_device_is_cpu(b->dev) && groups > 1)
         return 0;
     double us = run(b, groups, spin, steps, skip, got);
@@ -276,6 +280,10 @@ int main(int argc, char **argv)
         key_u32(argc, argv, "vocab", 128256),
         key_u32(argc, argv, "ctx", 256),    key_u32(argc, argv, "tokens", 1)};
     int steps = (int)key_u32(argc, argv, "steps", 50);
+    if (steps < 1 || steps > 100000) {
+        fprintf(stderr, "steps: 1 to 100000\n");
+        return 2;
+    }
     struct kk_error err;
     int device = (int)key_u32(argc, argv, "device", (uint32_t)-1);
     if (vk_device_open(device, &b.dev, &err)) {
