@@ -28,8 +28,11 @@
 
 #include <cmocka.h>
 
+#include "dtype.h"
 #include "kakeya.h"
+#include "model.h"
 #include "vk_device.h"
+#include "vk_model.h"
 
 /* What vk_device.c stages through in one submission (VK_STAGING_BYTES):
  * transfers above it take several chunks. */
@@ -379,6 +382,33 @@ static void test_an_open_device_reports_its_name_and_limits(void **state)
             "maxStorageBufferRange %llu\n", vk_device_name(d),
             vk_device_max_groups_x(d),
             (unsigned long long)vk_device_max_buffer_range(d));
+    vk_device_close(d);
+}
+
+/* A model with a matrix past what the device binds at once (lavapipe: 128
+ * MiB, a 128k-vocabulary output matrix of a 1B model is twice that) is
+ * refused at upload, before any pass, with its size and the way out. The
+ * matrix is only described: its bytes are never read. */
+static void test_a_matrix_past_the_device_range_is_refused_at_upload(
+    void **state)
+{
+    struct vk_device *d = open_or_skip();
+    static const unsigned char never_read;
+    struct model m;
+    memset(&m, 0, sizeof m);
+    m.output.type = KK_Q8_0;
+    m.output.n_cols = 2048;
+    m.output.row_bytes = 2176;
+    m.output.n_rows = (int64_t)(vk_device_max_buffer_range(d) / 2176) + 1;
+    m.output.data = &never_read;
+    struct vk_model *vm = NULL;
+    struct kk_error err = {{0}};
+    assert_int_equal(vk_model_upload(d, &m, &vm, &err), -1);
+    assert_null(vm);
+    assert_non_null(strstr(err.msg, "2048 Q8_0 matrix"));
+    assert_non_null(strstr(err.msg, "maxStorageBufferRange"));
+    assert_non_null(strstr(err.msg, "--backend cpu"));
+    fprintf(stderr, "    %s\n", err.msg);
     vk_device_close(d);
 }
 
@@ -899,6 +929,8 @@ int main(void)
         cmocka_unit_test(
             test_the_automatic_choice_never_takes_a_software_renderer),
         cmocka_unit_test(test_an_open_device_reports_its_name_and_limits),
+        cmocka_unit_test(
+            test_a_matrix_past_the_device_range_is_refused_at_upload),
         cmocka_unit_test(test_free_and_close_accept_null_and_zeroed_structs),
         cmocka_unit_test(test_upload_then_download_returns_the_same_bytes),
         cmocka_unit_test(

@@ -72,6 +72,40 @@ static int upload_repacked(struct vk_device *d, struct vk_buffer *dst,
     return rc;
 }
 
+/* Fails, saying what to do, when a tensor of `bytes` (a weight w, or a
+ * vector when w is NULL) is more than the device binds at once: the
+ * shaders see each tensor as one storage buffer, and the first dispatch
+ * to bind it would be refused. Such a device (lavapipe binds 128 MiB)
+ * cannot run the model; better said before the upload than mid-reply. */
+static int check_binds(struct vk_device *d, size_t bytes,
+                       const struct weight *w, struct kk_error *err)
+{
+    const uint64_t range = vk_device_max_buffer_range(d);
+    if (padded(bytes) <= range)
+        return 0;
+    const struct kk_dtype_info *t = w ? dtype_info(w->type) : NULL;
+    char what[96];
+    if (w)
+        snprintf(what, sizeof what, "%lld x %lld %s matrix",
+                 (long long)w->n_rows, (long long)w->n_cols,
+                 t && t->name ? t->name : "weight");
+    else
+        snprintf(what, sizeof what, "vector");
+    /* in MiB, or in bytes where MiB to one decimal would read the same */
+    char size[32], limit[32];
+    snprintf(size, sizeof size, "%.1f MiB", (double)bytes / 1048576.0);
+    snprintf(limit, sizeof limit, "%.1f MiB", (double)range / 1048576.0);
+    if (!strcmp(size, limit)) {
+        snprintf(size, sizeof size, "%llu bytes",
+                 (unsigned long long)padded(bytes));
+        snprintf(limit, sizeof limit, "%llu bytes", (unsigned long long)range);
+    }
+    return kk_fail(err, "a %s of %s is more than %s binds at once (%s, its "
+                   "maxStorageBufferRange): run this model with --backend "
+                   "cpu, or on a device that binds more",
+                   what, size, vk_device_name(d), limit);
+}
+
 /* A device copy of `bytes` at host, filed under host; a weight `w` is
  * uploaded in the device layout (NULL: the bytes as they are). */
 static int add_copy(struct vk_device *d, struct vk_model *vm,
@@ -80,6 +114,8 @@ static int add_copy(struct vk_device *d, struct vk_model *vm,
 {
     if (!host || vk_model_find(vm, host))
         return 0;   /* absent, or shared (a tied output matrix) */
+    if (check_binds(d, bytes, w, err))
+        return -1;
     if (vm->n == vm->cap) {
         int cap = vm->cap ? 2 * vm->cap : 256;
         void *items = realloc(vm->items, (size_t)cap * sizeof *vm->items);

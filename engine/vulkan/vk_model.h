@@ -19,6 +19,9 @@
 struct model;
 struct vk_model;
 
+/* Fails with a message (and uploads nothing more) when a tensor is more
+ * than the device binds at once (vk_device_max_buffer_range), naming its
+ * size and the way out, --backend cpu. */
 int vk_model_upload(struct vk_device *d, const struct model *m,
                     struct vk_model **out, struct kk_error *err);
 void vk_model_free(struct vk_device *d, struct vk_model *vm);
