@@ -1503,6 +1503,11 @@ uint64_t vk_device_max_buffer_range(const struct vk_device *d)
     return d->props.limits.maxStorageBufferRange;
 }
 
+bool vk_device_binds(const struct vk_device *d, VkDeviceSize size)
+{
+    return align_up(size, 4) <= d->props.limits.maxStorageBufferRange;
+}
+
 /* ---- memory ---- */
 
 static const char *memory_name(enum vk_memory where)
@@ -2492,8 +2497,7 @@ static bool dispatch_command(struct vk_device *d, const struct vk_pipeline *p,
                         "kakeya)", i);
             return false;
         }
-        /* A whole-buffer binding may not exceed maxStorageBufferRange. */
-        if (align_up(b->size, 4) > d->props.limits.maxStorageBufferRange) {
+        if (!vk_device_binds(d, b->size)) {
             record_fail(d, "vk_dispatch: binding %d is a %.1f MiB buffer, "
                         "past the device's storage buffer range of %.1f MiB "
                         "(a bug in kakeya: split the tensor)", i,

@@ -161,6 +161,10 @@ bool vk_device_has_int64(const struct vk_device *d);
 /* The limits a caller sizes dispatches by. */
 uint32_t vk_device_max_groups_x(const struct vk_device *d);
 uint64_t vk_device_max_buffer_range(const struct vk_device *d);
+/* Whether a buffer of `size` bytes (as given to vk_buffer_new) can be bound
+ * whole to a dispatch: its word-rounded size within maxStorageBufferRange.
+ * vk_dispatch refuses a binding that cannot. */
+bool vk_device_binds(const struct vk_device *d, VkDeviceSize size);
 
 /* ---- memory ---- */
 

@@ -80,9 +80,9 @@ static int upload_repacked(struct vk_device *d, struct vk_buffer *dst,
 static int check_binds(struct vk_device *d, size_t bytes,
                        const struct weight *w, struct kk_error *err)
 {
-    const uint64_t range = vk_device_max_buffer_range(d);
-    if (padded(bytes) <= range)
+    if (vk_device_binds(d, padded(bytes)))
         return 0;
+    const uint64_t range = vk_device_max_buffer_range(d);
     const struct kk_dtype_info *t = w ? dtype_info(w->type) : NULL;
     char what[96];
     if (w)

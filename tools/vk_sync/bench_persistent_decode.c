@@ -121,6 +121,20 @@ static int pipeline(struct bench *b, const char *dir, const char *name,
     return rc;
 }
 
+/* decode_fill over the activations, and with `all` the weights and the
+ * cache too (they never change after). Returns 0, or -1 with err set. */
+static int fill(struct bench *b, bool all, struct kk_error *err)
+{
+    struct fill_push fp = {all ? (uint32_t)((b->w_bytes + 3) / 4) : 0,
+                           all ? (uint32_t)(b->kv_bytes / 4) : 0,
+                           (uint32_t)b->act_floats, TMAX * b->s.d};
+    const struct vk_buffer *bufs[] = {&b->w, &b->kv, &b->act};
+    if (vk_begin(b->dev, err))
+        return -1;
+    vk_dispatch(b->dev, &b->fill, bufs, &fp, 4096, 1, 1);
+    return vk_submit_wait(b->dev, err);
+}
+
 static int setup(struct bench *b, const char *dir, const char *shader)
 {
     struct kk_error err;
@@ -149,15 +163,16 @@ static int setup(struct bench *b, const char *dir, const char *shader)
         vk_buffer_new(b->dev, b->kv_bytes, VK_MEM_DEVICE, &b->kv, &err) ||
         vk_buffer_new(b->dev, b->act_floats * 4, VK_MEM_DEVICE, &b->act,
                       &err) ||
-        vk_buffer_new(b->dev, 4, VK_MEM_DEVICE, &b->count, &err)) {
+        vk_buffer_new(b->dev, 4, VK_MEM_DEVICE, &b->count, &err) ||
+        fill(b, true, &err)) {
         fprintf(stderr, "%s\n", err.msg);
         return -1;
     }
     return 0;
 }
 
-/* Fills the buffers afresh (every run starts from the same x), zeroes the
- * counter, runs `steps` decode steps in one submission and reads the
+/* Fills the activations afresh (every run starts from the same x), zeroes
+ * the counter, runs `steps` decode steps in one submission and reads the
  * logits back into `logits`. Returns µs per step, or -1. */
 static double run(struct bench *b, uint32_t groups, int spin, int steps,
                   uint32_t skip, float *logits)
@@ -165,15 +180,8 @@ static double run(struct bench *b, uint32_t groups, int spin, int steps,
     struct kk_error err;
     const struct shape *s = &b->s;
     uint32_t zero = 0;
-    struct fill_push fp = {(uint32_t)((b->w_bytes + 3) / 4),
-                           (uint32_t)(b->kv_bytes / 4),
-                           (uint32_t)b->act_floats, TMAX * s->d};
-    const struct vk_buffer *fill_bufs[] = {&b->w, &b->kv, &b->act};
     if (vk_upload(b->dev, &b->count, 0, &zero, 4, &err) ||
-        vk_begin(b->dev, &err))
-        goto fail;
-    vk_dispatch(b->dev, &b->fill, fill_bufs, &fp, 4096, 1, 1);
-    if (vk_submit_wait(b->dev, &err) || vk_begin(b->dev, &err))
+        fill(b, false, &err) || vk_begin(b->dev, &err))
         goto fail;
     const struct vk_buffer *bufs[] = {&b->w, &b->kv, &b->act, &b->count};
     const uint32_t phases = 5 * s->layers + 1;
