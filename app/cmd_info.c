@@ -95,8 +95,9 @@ static int print_devices(void)
     }
     int usable = 0;
     for (int i = 0; i < n && i < 16; i++) {
-        printf("%d  %-40s %-10s %6.1f GiB  Vulkan %u.%u%s%s\n", i, d[i].name,
-               d[i].type_name, d[i].memory_bytes / 1073741824.0,
+        printf("%d  %-40s %-10s %6.1f GiB  binds %6.1f MiB  Vulkan %u.%u%s%s\n",
+               i, d[i].name, d[i].type_name, d[i].memory_bytes / 1073741824.0,
+               d[i].binds_bytes / 1048576.0,
                (d[i].api_version >> 22) & 0x7f,
                (d[i].api_version >> 12) & 0x3ff, d[i].driver[0] ? "  " : "",
                d[i].driver);

@@ -312,6 +312,9 @@ struct kk_vk_device_info {
     const char *type_name;     /* "discrete", "integrated", "virtual", "cpu",
                                   "other" */
     uint64_t memory_bytes;     /* the largest device-local memory heap */
+    uint64_t binds_bytes;      /* the largest buffer a shader binds at once
+                                  (maxStorageBufferRange): no tensor, nor a
+                                  layer's KV rows, may be larger */
     uint32_t api_version;      /* VK_MAKE_API_VERSION packing */
     char driver[128];          /* driver name and version, when reported */
     /* Whether kakeya can compute on it; when not, why_not says what is

@@ -17,7 +17,9 @@
  *   - an f16 and a q8_0 cache on the device give the CPU's greedy tokens;
  *   - a row's greedy choice made on the device (argmax.comp) is the
  *     argmax of its logits, and a draw made there (sample.comp) the
- *     host's draw from them.
+ *     host's draw from them;
+ *   - a context longer than the device binds in one layer's keys is
+ *     refused as the session opens, with the --ctx that fits.
  * Without a Vulkan loader or device every test prints a loud SKIP line. */
 #include <math.h>
 #include <setjmp.h>
@@ -405,6 +407,59 @@ static void test_sampled_draws_are_the_hosts_on_vulkan(void **state)
     kk_model_close(m);
 }
 
+/* A context whose one layer's keys are more than the device binds at once
+ * is refused when the session opens, with the largest --ctx that fits
+ * (and that one opens and decodes), not at the first pass with a message
+ * blaming kakeya. The default model's two full-attention layers hold every
+ * position; its f16 rows are n_head_kv x head_dim x 2 bytes. */
+static void test_a_context_past_the_device_range_is_refused_with_the_ctx_that_fits(
+    void **state)
+{
+    (void)state;
+    if (!have_device())
+        skip();
+    struct kk_vk_device_info d[1];
+    struct kk_error err = {{0}};
+    assert_true(kk_vulkan_devices(d, 1, &err) >= 1);
+    if (d[0].binds_bytes > (1ull << 30)) {
+        fprintf(stderr, "SKIP: %s binds %.1f GiB at once; a context past it "
+                        "takes more host memory than this test should\n",
+                d[0].name, (double)d[0].binds_bytes / 1073741824.0);
+        skip();
+    }
+    struct kk_model *m = testutil_open_default_model();
+    struct kk_model_info info;
+    kk_model_get_info(m, &info);
+    const uint64_t row = (uint64_t)info.n_head_kv * info.head_dim * 2;
+    struct kk_session_params sp = {.n_ctx = (int)(d[0].binds_bytes / row + 1),
+                                   .n_threads = 2,
+                                   .backend = KK_BACKEND_VULKAN};
+    struct kk_session *s = NULL;
+    assert_int_equal(kk_session_new(m, &sp, &s, &err), -1);
+    assert_null(s);
+    fprintf(stderr, "    %s\n", err.msg);
+    assert_non_null(strstr(err.msg, "maxStorageBufferRange"));
+    assert_non_null(strstr(err.msg, "--kv q8_0"));
+    assert_non_null(strstr(err.msg, "--backend cpu"));
+    const char *ctx = strstr(err.msg, "use --ctx ");
+    assert_non_null(ctx);
+    const int fits = atoi(ctx + strlen("use --ctx "));
+    assert_true(fits > 0 && fits < sp.n_ctx);
+
+    sp.n_ctx = fits + 1;
+    assert_int_equal(kk_session_new(m, &sp, &s, &err), -1);
+    sp.n_ctx = fits;
+    if (kk_session_new(m, &sp, &s, &err))
+        fail_msg("--ctx %d, which the message offered: %s", fits, err.msg);
+    int32_t prompt[256];
+    int n_prompt = testutil_prompt(m, prompt_text, prompt);
+    struct run out;
+    generate(s, NULL, prompt, n_prompt, KK_SPEC_OFF, 0, &out);
+    assert_true(out.n > 0);
+    kk_session_free(s);
+    kk_model_close(m);
+}
+
 int main(void)
 {
     struct CMUnitTest tests[64];
@@ -427,6 +482,8 @@ int main(void)
         cmocka_unit_test(test_sampled_draws_are_the_hosts_on_vulkan),
         cmocka_unit_test(
             test_sampled_ngram_speculation_equals_plain_on_vulkan),
+        cmocka_unit_test(
+            test_a_context_past_the_device_range_is_refused_with_the_ctx_that_fits),
     };
     for (size_t i = 0; i < sizeof more / sizeof more[0]; i++)
         tests[n++] = more[i];

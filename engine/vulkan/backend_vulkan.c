@@ -617,11 +617,41 @@ static int vkb_reserve(struct backend *base, int max_tokens, int64_t max_cols,
 
 /* ---- the KV cache's rows ---- */
 
+/* Fails, saying what to do, when a layer's keys (or values) are more than
+ * the device binds at once: attention binds each layer's rows as one
+ * storage buffer, and its first dispatch would be refused mid-reply. A
+ * context long enough for that (lavapipe binds 128 MiB: two million f16
+ * rows of a small model) is the user's to shorten, or to store smaller. */
+static int check_kv_binds(const struct vk_backend *be,
+                          const struct kv_cache *kv, struct kk_error *err)
+{
+    int most = 0;
+    for (int il = 0; il < kv->n_layer; il++)
+        if (kv->layers[il].capacity > most)
+            most = kv->layers[il].capacity;
+    const VkDeviceSize bytes = padded((size_t)most * kv->row_bytes);
+    if (vk_device_binds(be->dev, bytes))
+        return 0;
+    /* padded() adds up to 7 bytes to a layer's rows */
+    const uint64_t fits =
+        (vk_device_max_buffer_range(be->dev) - 8) / kv->row_bytes;
+    const struct vk_range_text r = vk_device_range_text(be->dev, bytes);
+    return kk_fail(err, "the KV cache on the GPU: a layer's %s keys for %d "
+                   "positions take %s, more than %s binds at once (%s, its "
+                   "maxStorageBufferRange): use --ctx %llu or less%s, or "
+                   "--backend cpu",
+                   kv_type_name(kv->type), most, r.size,
+                   vk_device_name(be->dev), r.limit, (unsigned long long)fits,
+                   kv->type == KV_Q8_0 ? "" : ", or --kv q8_0 (smaller rows)");
+}
+
 static int vkb_bind_kv(struct backend *base, struct kv_cache *kv,
                        struct kk_error *err)
 {
     struct vk_backend *be = vkb(base);
     free_kv_buffers(be);
+    if (check_kv_binds(be, kv, err))
+        return -1;
     be->kv = kv;
     be->kv_k = calloc((size_t)kv->n_layer, sizeof *be->kv_k);
     be->kv_v = calloc((size_t)kv->n_layer, sizeof *be->kv_v);

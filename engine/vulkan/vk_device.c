@@ -467,6 +467,7 @@ static void describe(const struct vk_device *d, VkPhysicalDevice pd,
     }
     info->type_name = type_name(info->type);
     info->api_version = props.apiVersion;
+    info->binds_bytes = props.limits.maxStorageBufferRange;
 
     VkPhysicalDeviceMemoryProperties mem;
     d->fn.vkGetPhysicalDeviceMemoryProperties(pd, &mem);
@@ -1506,6 +1507,22 @@ uint64_t vk_device_max_buffer_range(const struct vk_device *d)
 bool vk_device_binds(const struct vk_device *d, VkDeviceSize size)
 {
     return align_up(size, 4) <= d->props.limits.maxStorageBufferRange;
+}
+
+struct vk_range_text vk_device_range_text(const struct vk_device *d,
+                                          VkDeviceSize size)
+{
+    const uint64_t range = d->props.limits.maxStorageBufferRange;
+    struct vk_range_text t;
+    snprintf(t.size, sizeof t.size, "%.1f MiB", MIB(size));
+    snprintf(t.limit, sizeof t.limit, "%.1f MiB", MIB(range));
+    if (!strcmp(t.size, t.limit)) {
+        snprintf(t.size, sizeof t.size, "%llu bytes",
+                 (unsigned long long)size);
+        snprintf(t.limit, sizeof t.limit, "%llu bytes",
+                 (unsigned long long)range);
+    }
+    return t;
 }
 
 /* ---- memory ---- */

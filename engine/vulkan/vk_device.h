@@ -165,6 +165,14 @@ uint64_t vk_device_max_buffer_range(const struct vk_device *d);
  * whole to a dispatch: its word-rounded size within maxStorageBufferRange.
  * vk_dispatch refuses a binding that cannot. */
 bool vk_device_binds(const struct vk_device *d, VkDeviceSize size);
+/* For a message about a buffer of `size` bytes that the device does not
+ * bind: the size and the device's limit as text, in MiB to one decimal, or
+ * both in bytes where the MiB would read the same. */
+struct vk_range_text {
+    char size[32], limit[32];
+};
+struct vk_range_text vk_device_range_text(const struct vk_device *d,
+                                          VkDeviceSize size);
 
 /* ---- memory ---- */
 

@@ -82,7 +82,6 @@ static int check_binds(struct vk_device *d, size_t bytes,
 {
     if (vk_device_binds(d, padded(bytes)))
         return 0;
-    const uint64_t range = vk_device_max_buffer_range(d);
     const struct kk_dtype_info *t = w ? dtype_info(w->type) : NULL;
     char what[96];
     if (w)
@@ -91,19 +90,11 @@ static int check_binds(struct vk_device *d, size_t bytes,
                  t && t->name ? t->name : "weight");
     else
         snprintf(what, sizeof what, "vector");
-    /* in MiB, or in bytes where MiB to one decimal would read the same */
-    char size[32], limit[32];
-    snprintf(size, sizeof size, "%.1f MiB", (double)bytes / 1048576.0);
-    snprintf(limit, sizeof limit, "%.1f MiB", (double)range / 1048576.0);
-    if (!strcmp(size, limit)) {
-        snprintf(size, sizeof size, "%llu bytes",
-                 (unsigned long long)padded(bytes));
-        snprintf(limit, sizeof limit, "%llu bytes", (unsigned long long)range);
-    }
+    const struct vk_range_text r = vk_device_range_text(d, padded(bytes));
     return kk_fail(err, "a %s of %s is more than %s binds at once (%s, its "
                    "maxStorageBufferRange): run this model with --backend "
                    "cpu, or on a device that binds more",
-                   what, size, vk_device_name(d), limit);
+                   what, r.size, vk_device_name(d), r.limit);
 }
 
 /* A device copy of `bytes` at host, filed under host; a weight `w` is
