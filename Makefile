@@ -64,7 +64,7 @@ $(BUILD)/%.o: %.c
 	$(CC) $(ALL_CFLAGS) -c $< -o $@
 
 # ---- shaders: GLSL -> SPIR-V (glslc) -> linked into the binary ----
-# matmul.comp is compiled thirteen times per weight type: for GPUs matmul_<t>
+# matmul.comp is compiled eleven times per weight type: for GPUs matmul_<t>
 # (batches of 16 tokens), matmul_t8_<t>, matmul_t8s2_<t> and matmul_t4_<t>
 # (up to 16, 8 and 4: verify blocks; t8s2 on 2 rows a team) and
 # matmul_one_<t> (decode); matmul_rows_<t> for CPU
@@ -74,16 +74,13 @@ $(BUILD)/%.o: %.c
 # output matrix); matmul_mma_q8_0, prefill's Q8_0 products as int8 tiles
 # on devices with NVIDIA's cooperative matrices; matmul_qx1_q8_0,
 # matmul_qx4_q8_0, matmul_qx8_q8_0 and matmul_qx8r2_q8_0 (and their _norm_
-# forms), decode's and verify's Q8_0 products in packed int8 dot products;
-# matmul_one_post_<t> and matmul_rows_post_<t>, decode's product with a
-# gemma3 post-norm and its add after it (-DMM_POSTNORM). spirv.S pulls
+# forms), decode's and verify's Q8_0 products in packed int8 dot products. spirv.S pulls
 # every .spv in with .incbin; shader_list.h names them for vk_shaders.c's
 # table.
 MATMUL_TYPES := f32 f16 bf16 q8_0 q4_0 q5_0 q4_k q6_k
 MATMUL_FORMS := matmul_ matmul_t8_ matmul_t8s2_ matmul_t4_ matmul_one_ \
                 matmul_rows_ matmul_one_norm_ matmul_t4_norm_ \
-                matmul_rows_norm_ matmul_dec_ matmul_dec_norm_ \
-                matmul_one_post_ matmul_rows_post_
+                matmul_rows_norm_ matmul_dec_ matmul_dec_norm_
 SHADER_NAMES := $(foreach f,$(MATMUL_FORMS),$(MATMUL_TYPES:%=$(f)%)) \
                 matmul_mma_q8_0 \
                 $(foreach n,1 4 8 8r2,matmul_qx$(n)_q8_0 matmul_qx$(n)_norm_q8_0) \
@@ -111,10 +108,6 @@ $(BUILD)/shaders/matmul_rows_norm_%.spv: shaders/matmul.comp $(wildcard shaders/
 	@mkdir -p $(dir $@)
 	$(GLSLC) $(GLSL_FLAGS) -DMM_ROWWISE -DMM_NORM \
 	    -DWTYPE_$(shell echo $* | tr a-z A-Z) $< -o $@
-$(BUILD)/shaders/matmul_rows_post_%.spv: shaders/matmul.comp $(wildcard shaders/*.glsl)
-	@mkdir -p $(dir $@)
-	$(GLSLC) $(GLSL_FLAGS) -DMM_ROWWISE -DMM_POSTNORM \
-	    -DWTYPE_$(shell echo $* | tr a-z A-Z) $< -o $@
 
 # Tokens per workgroup (MM_NT), MM_PAIR, teams sharing an x tile
 # (MM_TEAMS, MM_XT) and rows a team (MM_NS, default 4), as
@@ -122,7 +115,6 @@ $(BUILD)/shaders/matmul_rows_post_%.spv: shaders/matmul.comp $(wildcard shaders/
 # match). MATMUL_DEFS_ is the 16-token form's.
 MATMUL_DEFS_one_ := -DMM_NT=1 -DMM_PAIR
 MATMUL_DEFS_one_norm_ := -DMM_NT=1 -DMM_TEAMS=2 -DMM_XT=1 -DMM_NORM
-MATMUL_DEFS_one_post_ := $(MATMUL_DEFS_one_) -DMM_POSTNORM
 MATMUL_DEFS_t4_ := -DMM_NT=4 -DMM_TEAMS=4 -DMM_XT=4
 MATMUL_DEFS_t8_ := -DMM_NT=8 -DMM_TEAMS=4 -DMM_XT=4
 MATMUL_DEFS_t8s2_ := $(MATMUL_DEFS_t8_) -DMM_NS=2
@@ -145,7 +137,7 @@ $$(BUILD)/shaders/matmul_$(1)%.spv: shaders/matmul.comp $$(wildcard shaders/*.gl
 	$$(GLSLC) $$(GLSL_FLAGS) $$(MATMUL_DEFS_$(1)) \
 	    -DWTYPE_$$(shell echo $$* | tr a-z A-Z) $$< -o $$@
 endef
-$(foreach f,one_ one_norm_ one_post_ t4_ t4_norm_ t8_ t8s2_ dec_ dec_norm_ mma_ \
+$(foreach f,one_ one_norm_ t4_ t4_norm_ t8_ t8s2_ dec_ dec_norm_ mma_ \
     qx1_ qx4_ qx8_ qx8r2_ qx1_norm_ qx4_norm_ qx8_norm_ qx8r2_norm_,\
     $(eval $(call MATMUL_FORM_RULE,$(f))))
 

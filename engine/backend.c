@@ -178,19 +178,6 @@ void be_matmul_add(struct backend *be, const struct weight *w,
     be->ops->add(be, acc, tmp, (int64_t)n * w->n_rows);
 }
 
-void be_matmul_norm_add(struct backend *be, const struct weight *w,
-                        const struct be_tensor *x, int n,
-                        struct be_tensor *tmp, struct be_tensor *acc,
-                        const float *weight, float eps)
-{
-    if (be->ops->matmul_norm_add) {
-        be->ops->matmul_norm_add(be, w, x, n, tmp, acc, weight, eps);
-        return;
-    }
-    be->ops->matmul(be, w, x, NULL, n, tmp);
-    be_norm_add(be, acc, tmp, weight, n, (int)w->n_rows, eps);
-}
-
 void be_gated_matmul(struct backend *be, const struct weight *w_gate,
                      const struct weight *w_up, const struct be_tensor *x,
                      const struct be_norm *norm, int n, struct be_tensor *gate,

@@ -166,15 +166,6 @@ void be_matmul_multi(struct backend *be, int count,
 void be_matmul_add(struct backend *be, const struct weight *w,
                    const struct be_tensor *x, int n, struct be_tensor *tmp,
                    struct be_tensor *acc);
-/* acc += rmsnorm(W · x) * weight for n rows of x, a gemma3 block's output
- * through its post-norm into the residual stream: be_matmul into tmp
- * (width w->n_rows), then be_norm_add of tmp into acc with epsilon eps,
- * whose bits a device backend keeps while doing both in one op where it
- * can. tmp's contents are unspecified afterwards. */
-void be_matmul_norm_add(struct backend *be, const struct weight *w,
-                        const struct be_tensor *x, int n,
-                        struct be_tensor *tmp, struct be_tensor *acc,
-                        const float *weight, float eps);
 /* gate = act(w_gate · x) * (w_up · x) for n rows of x (normed first when
  * norm is not NULL), act as in be_gated_act: be_matmul_multi then
  * be_gated_act, one op on a device backend. up's contents are unspecified

@@ -4,8 +4,8 @@
  * An implementation embeds struct backend as the first member of its own
  * struct and fills a static table of ops; every op has the meaning and the
  * arguments of its be_ / backend_ counterpart in backend.h. The fused ops
- * (matmul_add, matmul_norm_add, gated_matmul, rope_kv_store, norm_add,
- * rope_attention) may be NULL:
+ * (matmul_add, gated_matmul, rope_kv_store, norm_add, rope_attention) may
+ * be NULL:
  * backend.c then runs the ops they stand for, one after another.
  * gated_matmul is only given gate and up matrices of one type and shape (a
  * mixed-type file's pair goes the separate way). matmul, matmul_multi and gated_matmul are
@@ -60,10 +60,6 @@ struct backend_ops {
     void (*matmul_add)(struct backend *be, const struct weight *w,
                        const struct be_tensor *x, int n,
                        struct be_tensor *tmp, struct be_tensor *acc);
-    void (*matmul_norm_add)(struct backend *be, const struct weight *w,
-                            const struct be_tensor *x, int n,
-                            struct be_tensor *tmp, struct be_tensor *acc,
-                            const float *weight, float eps);
     void (*gated_matmul)(struct backend *be, const struct weight *w_gate,
                          const struct weight *w_up,
                          const struct be_tensor *x,

@@ -129,7 +129,8 @@ static void block_output(struct forward *f, const struct weight *w,
         be_matmul_add(f->be, w, in, n, f->o, f->x);
         return;
     }
-    be_matmul_norm_add(f->be, w, in, n, f->o, f->x, post_norm, hp->rms_eps);
+    be_matmul(f->be, w, in, NULL, n, f->o);
+    be_norm_add(f->be, f->x, f->o, post_norm, n, hp->n_embd, hp->rms_eps);
 }
 
 /* Attention block of layer il: x += attention(norm(x)), storing this

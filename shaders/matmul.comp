@@ -93,16 +93,6 @@
  * and 512 row sets, 15.6 us against 11.2), so the host gives this form
  * only matrices of many rows (VK_DECODE_MIN_ROWS).
  *
- * With -DMM_POSTNORM (matmul_one_post_<t>, matmul_rows_post_<t>: MM_STORE
- * into y, one matrix) the post-norm of a gemma3 block follows the product
- * in the same dispatch: xr += rmsnorm(y) * pw, rmsnorm_add.comp's work
- * and bits (norm.glsl, the same lanes and order), done by the workgroup
- * that finishes last. Every workgroup counts itself in post_count once
- * its rows of y are stored and visible on the device; the last one reads
- * every token's y coherently, norms it and adds it in, and clears the
- * count for the next dispatch. A dispatch's worth of launch and barrier
- * (~5 us on the H200) saved twice a layer, for a tail of one workgroup.
- *
  * With -DMM_ROWWISE (matmul_rows_<t>) each invocation computes one whole
  * row (MM_GATED: a row of both) instead, for CPU-backed devices, whose
  * invocations are SIMD lanes: there, 64 cooperating threads on a few rows
@@ -165,19 +155,6 @@ layout(std430, binding = 2) buffer YBuf { float y[]; } Y[3];
  * bound but unread otherwise. */
 layout(std430, binding = 3) readonly buffer NBuf { float nw[]; };
 layout(std430, binding = 3) readonly buffer NBuf4 { vec4 nw4[]; };
-#ifdef MM_POSTNORM
-#ifdef MM_NORM
-#error "matmul.comp: MM_POSTNORM's product is of x as it comes"
-#endif
-/* y once more, read coherently by the last workgroup (other workgroups
- * wrote it); the residual stream it joins; the post-norm's weights; the
- * workgroups done so far (zero between dispatches). */
-layout(std430, binding = 2) coherent readonly buffer YCBuf { float yc[]; } YC[3];
-layout(std430, binding = 2) coherent readonly buffer YCBuf4 { vec4 yc4[]; } YC4[3];
-layout(std430, binding = 4) buffer RBuf { float xr[]; };
-layout(std430, binding = 5) readonly buffer PBuf { float pw[]; };
-layout(std430, binding = 6) buffer CBuf { uint post_count[]; };
-#endif
 
 layout(push_constant) uniform Push {
     uint n_cols, row_bytes, n_tokens, mode;
@@ -489,59 +466,6 @@ vec4 normed4(uint t, uint col, vec4 v)
 void norm_scales(uint t0, uint nt) {}
 float normed(uint t, uint col, float v) { return v; }
 vec4 normed4(uint t, uint col, vec4 v) { return v; }
-#endif
-
-/* ---- the post-norm (MM_POSTNORM) ---- */
-
-#ifdef MM_POSTNORM
-#define NORM_X4(i) YC4[0].yc4[i]
-#define NORM_X(i) YC[0].yc[i]
-#include "norm.glsl"
-
-shared bool post_last;
-shared float post_part[NORM_LANES];
-
-/* Once this workgroup's rows of y are stored: counts it and, if it is the
- * last of the dispatch, adds every token's y, normed, into xr, as
- * rmsnorm_add.comp would (lanes 0 .. NORM_LANES - 1 of the workgroup doing
- * what its NORM_LANES invocations do). Every invocation calls, in uniform
- * control flow. */
-void post_norm_add()
-{
-    memoryBarrierBuffer();
-    barrier();
-    const uint tid = gl_LocalInvocationID.x;
-    if (tid == 0u) {
-        const uint wgs =
-            gl_NumWorkGroups.x * gl_NumWorkGroups.y * gl_NumWorkGroups.z;
-        post_last = atomicAdd(post_count[0], 1u) + 1u == wgs;
-        if (post_last)
-            post_count[0] = 0u;
-    }
-    barrier();
-    if (!post_last)
-        return;
-    memoryBarrierBuffer();
-    const uint dim = pc.n_rows[0];
-    for (uint t = 0u; t < pc.n_tokens; t++) {
-        const uint base = t * dim;
-        if (tid < NORM_LANES)
-            NORM_PUT(post_part, 0u, tid, norm_lane_sum(base, dim, tid))
-        barrier();
-        precise float scale;
-        NORM_SCALE(post_part, 0u, dim, pc.eps, scale)
-        for (uint c = tid; tid < NORM_LANES && 4u * c < dim; c += NORM_LANES)
-            for (uint k = 0u; k < 4u && 4u * c + k < dim; k++) {
-                /* (x * scale) * w, then the add: rmsnorm_add's roundings */
-                const uint i = 4u * c + k;
-                precise float v = YC[0].yc[base + i] * scale;
-                precise float normed = v * pw[i];
-                precise float sum = xr[base + i] + normed;
-                xr[base + i] = sum;
-            }
-        barrier();
-    }
-}
 #endif
 
 /* ---- the product ---- */
@@ -1340,7 +1264,7 @@ float acc[2u * MM_TOKENS];
             store_sum(m, r, t0 + (t), acc[t]);                               \
     }
 
-void product()
+void main()
 {
     const uint group = gl_WorkGroupID.x + gl_WorkGroupID.z * gl_NumWorkGroups.x;
     const uint m = matrix_of(group);
@@ -1364,14 +1288,6 @@ void product()
         TOKENS_16(ROW_TOKEN)
     }
     TOKENS_16(STORE_TOKEN)
-}
-
-void main()
-{
-    product();
-#ifdef MM_POSTNORM
-    post_norm_add();
-#endif
 }
 
 #else
@@ -1591,7 +1507,7 @@ void reduce(uint nt)
     barrier();
 }
 
-void product()
+void main()
 {
     const uint tid = gl_LocalInvocationID.x;
     const uint lane = tid % WG, team = tid / WG;
@@ -1632,14 +1548,6 @@ void product()
         store_gated(r0 + s / 2u, t0 + t, total(team, lane),
                     total(team, lane + MM_TOKENS));
     }
-}
-
-void main()
-{
-    product();
-#ifdef MM_POSTNORM
-    post_norm_add();
-#endif
 }
 
 #endif

@@ -253,10 +253,6 @@ struct mm_call {
     uint64_t seed;
     const float *norm;   /* the _norm_ forms' weights (n_cols), else NULL */
     float eps;
-    /* The _post_ forms: the residual rows xr (n_tokens x n_rows[0], added
-     * to in place) and the post-norm's weights (n_rows[0]); else NULL. */
-    float *xr;
-    const float *post_w;
 };
 
 /* GPU form `shader`'s entry in vk_matmul_forms, and its teams per
@@ -297,8 +293,8 @@ static const struct vk_qx_form *qx_form_of(const char *shader)
 
 static void matmul_on_device(const struct mm_call *c)
 {
-    static const int bindings[MM_POST_BINDINGS] = {MM_MAX_MATS, 1,
-                                                   MM_MAX_MATS, 1, 1, 1, 1};
+    static const int bindings[MM_BINDINGS] = {MM_MAX_MATS, 1, MM_MAX_MATS,
+                                              1};
     const size_t row_bytes = dtype_row_bytes(c->type, (uint64_t)c->n_cols);
     const bool rowwise = strstr(c->shader, "_rows_") != NULL;
     const bool mma = strstr(c->shader, "_" VK_MATMUL_MMA_PREFIX) != NULL;
@@ -329,7 +325,7 @@ static void matmul_on_device(const struct mm_call *c)
                                   .n_tokens = (uint32_t)c->n_tokens,
                                   .mode = c->mode, .use_gelu = c->use_gelu,
                                   .eps = c->eps, .lanes = qx_lanes};
-    const struct vk_buffer *bufs[2 * MM_MAX_MATS + 2 + 3];
+    const struct vk_buffer *bufs[2 * MM_MAX_MATS + 2];
     uint32_t groups = 0;
     for (int m = 0; m < MM_MAX_MATS; m++) {
         const bool used = m < c->n_mats;
@@ -358,16 +354,6 @@ static void matmul_on_device(const struct mm_call *c)
     struct vk_buffer bn = buffer_with(c->norm ? c->norm : c->x,
                                       (size_t)c->n_cols * 4);
     bufs[2 * MM_MAX_MATS + 1] = &bn;
-    struct vk_buffer bxr = {0}, bpw = {0}, bcount = {0};
-    if (c->xr) {
-        const size_t xr_bytes = (size_t)c->n_tokens * c->n_rows[0] * 4;
-        bxr = buffer_with(c->xr, xr_bytes);
-        bpw = buffer_with(c->post_w, (size_t)c->n_rows[0] * 4);
-        bcount = buffer_with(NULL, 16);
-        bufs[2 * MM_MAX_MATS + 2] = &bxr;
-        bufs[2 * MM_MAX_MATS + 3] = &bpw;
-        bufs[2 * MM_MAX_MATS + 4] = &bcount;
-    }
     uint32_t gz = (c->seed & 1) ? 2 : 1;
     uint32_t gx = ceil_div(groups, gz);
     if (!strncmp(c->shader + strlen("matmul_"), VK_MATMUL_DECODE_PREFIX,
@@ -383,19 +369,8 @@ static void matmul_on_device(const struct mm_call *c)
         gz = 1;
         gx = (c->seed & 1) ? 1 : groups;
     }
-    run_arrays(c->shader, c->xr ? MM_POST_BINDINGS : MM_BINDINGS, bindings,
-               bufs, &push, sizeof push, gx, ceil_div(c->n_tokens, y_tokens),
-               gz);
-    if (c->xr) {
-        /* the count is left zero for the next dispatch */
-        uint32_t count = ~0u;
-        download(&bcount, &count, sizeof count);
-        assert_int_equal(count, 0);
-        download(&bxr, c->xr, (size_t)c->n_tokens * c->n_rows[0] * 4);
-        vk_buffer_free(dev, &bxr);
-        vk_buffer_free(dev, &bpw);
-        vk_buffer_free(dev, &bcount);
-    }
+    run_arrays(c->shader, MM_BINDINGS, bindings, bufs, &push, sizeof push,
+               gx, ceil_div(c->n_tokens, y_tokens), gz);
     for (int m = 0; m < n_out; m++) {
         download(&by[m], c->y[m], (size_t)c->n_tokens * c->n_rows[m] * 4);
         vk_buffer_free(dev, &by[m]);
@@ -2013,101 +1988,6 @@ static void test_matmul_fused_forms_give_the_bits_of_separate_ops(
     }
 }
 
-/* The post-norm forms (matmul_one_post_<t>, matmul_rows_post_<t>) give
- * the bits of their plain form's product and then rmsnorm_add's dispatch
- * over it: the product into y, and the residual rows plus y normed. With
- * 4 rows a workgroup in the one-token form and 64 in the rowwise one, a
- * few hundred rows make the last workgroup one of many; an odd seed
- * spreads them over z as well. */
-static void check_post_form(const char *plain, const char *post,
-                            uint32_t type, int n_cols, int n_rows,
-                            int n_tokens, uint64_t seed)
-{
-    uint64_t s = seed;
-    const size_t row_bytes = dtype_row_bytes(type, (uint64_t)n_cols);
-    uint8_t *w = random_rows(type, n_cols, n_rows, row_bytes, &s);
-    const size_t n_out = (size_t)n_tokens * (size_t)n_rows;
-    float *x = random_floats((size_t)n_tokens * n_cols, -1.0f, 1.0f, &s);
-    float *xr = random_floats(n_out, -4.0f, 4.0f, &s);
-    float *pw = random_floats((size_t)n_rows, 0.5f, 1.5f, &s);
-    float *y_plain = malloc(n_out * sizeof(float));
-    float *y_post = malloc(n_out * sizeof(float));
-    float *want = malloc(n_out * sizeof(float));
-
-    matmul_store(plain, type, w, n_cols, n_rows, x, n_tokens, y_plain,
-                 seed);
-    struct vk_buffer by = buffer_with(y_plain, n_out * 4);
-    struct vk_buffer br = buffer_with(xr, n_out * 4);
-    struct vk_buffer bw = buffer_with(pw, (size_t)n_rows * 4);
-    const struct vk_buffer *bufs[] = {&by, &br, &bw};
-    struct vk_push_rmsnorm push = {(uint32_t)n_rows, (uint32_t)n_tokens,
-                                   NORM_EPS};
-    run("rmsnorm_add", 3, bufs, &push, sizeof push, (uint32_t)n_tokens, 1,
-        1);
-    download(&br, want, n_out * 4);
-
-    for (int round = 0; round < 2; round++) {   /* the count starts at 0 */
-        float *got = malloc(n_out * sizeof(float));
-        memcpy(got, xr, n_out * sizeof(float));
-        const uint8_t *ws[] = {w};
-        float *ys[] = {y_post};
-        struct mm_call c = {.shader = post, .type = type, .mode = MM_STORE,
-                            .n_cols = n_cols, .n_mats = 1,
-                            .n_rows = {n_rows}, .n_tokens = n_tokens,
-                            .w = ws, .x = x, .y = ys, .seed = seed,
-                            .eps = NORM_EPS, .xr = got, .post_w = pw};
-        matmul_on_device(&c);
-        expect_same_bits(y_post, y_plain, n_out, "the product", post);
-        expect_same_bits(got, want, n_out, "then rmsnorm_add", post);
-        free(got);
-    }
-    vk_buffer_free(dev, &by);
-    vk_buffer_free(dev, &br);
-    vk_buffer_free(dev, &bw);
-    free(w);
-    free(x);
-    free(xr);
-    free(pw);
-    free(y_plain);
-    free(y_post);
-    free(want);
-}
-
-static void test_post_norm_forms_give_the_product_then_rmsnorm_add_bits(
-    void **state)
-{
-    (void)state;
-    REQUIRE_DEVICE();
-    static const struct {
-        uint32_t type;
-        const char *name;
-        int n_cols;
-    } types[] = {{KK_Q8_0, "q8_0", 32 * 12}, {KK_F32, "f32", 300},
-                 {KK_Q4_K, "q4_k", 256 * 2}};
-    for (size_t i = 0; i < sizeof types / sizeof types[0]; i++) {
-        char plain[64], post[64];
-        for (int rows = 0; rows < 2; rows++) {
-            snprintf(plain, sizeof plain, "matmul_%s%s",
-                     rows ? VK_MATMUL_ROWS_PREFIX : "one_", types[i].name);
-            snprintf(post, sizeof post, "matmul_%s%s",
-                     rows ? VK_MATMUL_ROWS_POST_PREFIX
-                          : VK_MATMUL_ONE_POST_PREFIX,
-                     types[i].name);
-            const uint64_t seed = 40 + 2 * i;
-            check_post_form(plain, post, types[i].type, types[i].n_cols, 384,
-                            1, seed);
-            check_post_form(plain, post, types[i].type, types[i].n_cols, 641,
-                            1, seed + 1);
-            if (rows) {   /* a verify block, and a whole y-group */
-                check_post_form(plain, post, types[i].type, types[i].n_cols,
-                                384, 5, seed);
-                check_post_form(plain, post, types[i].type, types[i].n_cols,
-                                130, MM_TOKENS, seed + 1);
-            }
-        }
-    }
-}
-
 /* Token t of a batch of 17 through `batched`, against the same token
  * through `part`, in batches of `k` (the last one shorter), in every mode,
  * to the bit; both norm x with the weights `norm` first where that is not
@@ -3377,8 +3257,6 @@ int main(void)
         cmocka_unit_test(test_add_elementwise_broadcast_and_grid_stride),
         cmocka_unit_test(test_argmax_chooses_as_sample_argmax),
         cmocka_unit_test(test_sample_draws_as_the_host),
-        cmocka_unit_test(
-            test_post_norm_forms_give_the_product_then_rmsnorm_add_bits),
         cmocka_unit_test(test_gated_act_silu_matches_cpu),
         cmocka_unit_test(test_gated_act_gelu_rounds_through_f16_like_ggml),
         cmocka_unit_test(test_kv_store_writes_kv_c_rows_byte_for_byte),

@@ -94,11 +94,6 @@ struct vk_backend {
     bool has_qx;
     int qx_min_cols;   /* VK_QX_MIN_COLS, or 0 where KAKEYA_VK_QX=1 */
     struct vk_pipeline matmul_qx[2][VK_QX_FORMS];
-    /* The decode form (matmul_one_post_<t>; rowwise: matmul_rows_post_<t>,
-     * any batch of one y-group) with a gemma3 post-norm and its add after
-     * it, and its count of workgroups done, zero between dispatches. */
-    struct vk_pipeline matmul_post[N_MATMUL];
-    struct vk_buffer post_count;
     struct vk_pipeline rmsnorm, rmsnorm_add, rope, add, gated_act, kv_store,
         rope_kv_store, rope_kv_store_norm, attention, attention_rope, argmax;
     /* attention and attention_rope for 2 and 4 query heads of a kv head a
@@ -262,46 +257,23 @@ static int make_pipeline(struct vk_backend *be, const char *shader,
                                 err);
 }
 
-/* Every matmul shader's bindings: W[MM_MAX_MATS], X, Y[MM_MAX_MATS], NORM,
- * and for the post-norm forms XR, PW and COUNT. */
-static const int matmul_bindings[MM_POST_BINDINGS] = {MM_MAX_MATS, 1,
-                                                      MM_MAX_MATS, 1, 1, 1, 1};
+/* Every matmul shader's bindings: W[MM_MAX_MATS], X, Y[MM_MAX_MATS], NORM. */
+static const int matmul_bindings[MM_BINDINGS] = {MM_MAX_MATS, 1, MM_MAX_MATS,
+                                                 1};
 
-/* matmul_<form><type> for every weight type into ps, of n_bindings of
- * matmul_bindings. */
-static int make_matmul_forms(struct vk_backend *be, const char *form,
-                             int n_bindings, struct vk_pipeline *ps,
-                             struct kk_error *err)
+/* matmul_<form><type> for every weight type into ps. */
+static int make_matmul_pipelines(struct vk_backend *be, const char *form,
+                                 struct vk_pipeline *ps, struct kk_error *err)
 {
     for (int i = 0; i < N_MATMUL; i++) {
         char name[64];
         snprintf(name, sizeof name, "matmul_%s%s", form,
                  matmul_shaders[i].name);
-        if (make_pipeline_arrays(be, name, n_bindings, matmul_bindings,
+        if (make_pipeline_arrays(be, name, MM_BINDINGS, matmul_bindings,
                                  sizeof(struct vk_push_matmul), &ps[i], err))
             return -1;
     }
     return 0;
-}
-
-static int make_matmul_pipelines(struct vk_backend *be, const char *form,
-                                 struct vk_pipeline *ps, struct kk_error *err)
-{
-    return make_matmul_forms(be, form, MM_BINDINGS, ps, err);
-}
-
-/* The post-norm forms and their count (zeroed once: each dispatch leaves
- * it zero). */
-static int make_post_pipelines(struct vk_backend *be, bool rowwise,
-                               struct kk_error *err)
-{
-    static const uint32_t zero[4];
-    return make_matmul_forms(be, rowwise ? VK_MATMUL_ROWS_POST_PREFIX
-                                         : VK_MATMUL_ONE_POST_PREFIX,
-                             MM_POST_BINDINGS, be->matmul_post, err) ||
-           vk_buffer_new(be->dev, sizeof zero, VK_MEM_DEVICE,
-                         &be->post_count, err) ||
-           vk_upload(be->dev, &be->post_count, 0, zero, sizeof zero, err);
 }
 
 /* attention_h2, _h4, attention_rope_h2 and _h4 where the device takes them
@@ -362,8 +334,6 @@ static int make_pipelines(struct vk_backend *be, struct kk_error *err)
             return -1;
         be->has_norm_form[f] = norm != NULL;
     }
-    if (make_post_pipelines(be, rowwise, err))
-        return -1;
     be->has_decode_form = !rowwise && vk_device_subgroup_size(be->dev) ==
                                           VK_DECODE_SUBGROUP;
     if (be->has_decode_form &&
@@ -548,9 +518,6 @@ static void vkb_free(struct backend *base)
         for (int i = 0; i < N_MATMUL; i++)
             vk_pipeline_free(be->dev, &be->matmul_dec[k][i]);
     vk_pipeline_free(be->dev, &be->matmul_mma);
-    for (int i = 0; i < N_MATMUL; i++)
-        vk_pipeline_free(be->dev, &be->matmul_post[i]);
-    vk_buffer_free(be->dev, &be->post_count);
     for (int k = 0; k < 2; k++)
         for (int f = 0; f < VK_QX_FORMS; f++)
             vk_pipeline_free(be->dev, &be->matmul_qx[k][f]);
@@ -1043,38 +1010,16 @@ static bool mma_fits(const struct vk_backend *be, int count,
     return fits;
 }
 
-/* A post-norm after a product (matmul_post): xr += rmsnorm(y) * weight,
- * weight on the device. */
-struct post_norm {
-    struct be_tensor *xr;
-    const struct vk_buffer *weight;
-    float eps;
-};
-
-/* Whether a product of n tokens by w runs in the form that has a post-norm
- * variant: the one-token form on a GPU (not the decode form, which takes
- * matrices of many rows), or one y-group of the rowwise form. */
-static bool post_fits(const struct vk_backend *be, const struct weight *w,
-                      int n)
-{
-    if (be->matmul_rowwise)
-        return n <= MM_TOKENS;
-    return n == 1 && !(be->has_decode_form && w->n_rows >= VK_DECODE_MIN_ROWS);
-}
-
 /* Records one matmul dispatch over `count` matrices of one type and width
  * (vk_shaders.h): y[m] = w[m] · x (MM_STORE), y[0] += w[0] · x (MM_ADD),
  * or y[0] = act(w[0] · x) * (w[1] · x) (MM_GATED), x normed first by the
  * form that folds norm when norm is not NULL (matmul_input); `normed`: x
- * is the output of a norm that came with the call, folded or not. With
- * `post` (MM_STORE of one matrix where post_fits) the post-norm form,
- * which then adds y normed into post->xr. */
+ * is the output of a norm that came with the call, folded or not. */
 static void record_matmul(struct vk_backend *be, uint32_t mode, int count,
                           const struct weight *const *w,
                           const struct be_tensor *x,
                           const struct be_norm *norm, bool normed, int n,
-                          struct be_tensor *const *y, bool use_gelu,
-                          const struct post_norm *post)
+                          struct be_tensor *const *y, bool use_gelu)
 {
     const int mi = matmul_index(w[0]->type), form = matmul_form(be, n);
     struct vk_push_matmul pc = {.n_cols = (uint32_t)w[0]->n_cols,
@@ -1104,7 +1049,7 @@ static void record_matmul(struct vk_backend *be, uint32_t mode, int count,
                              : (uint32_t)(teams * (mode == MM_GATED
                                                        ? slots / 2
                                                        : slots));
-    const struct vk_buffer *bufs[2 * MM_MAX_MATS + 2 + 3];
+    const struct vk_buffer *bufs[2 * MM_MAX_MATS + 2];
     uint32_t groups = 0;
     for (int m = 0; m < MM_MAX_MATS; m++) {
         const bool used = m < count;
@@ -1153,21 +1098,8 @@ static void record_matmul(struct vk_backend *be, uint32_t mode, int count,
                  groups_of(n, VK_MMA_TOKENS), gz);
         return;
     }
-    const struct vk_pipeline *p =
-        norm ? &be->matmul_norm[form][mi] : &be->matmul[form][mi];
-    if (post) {
-        if (form != 0 || count != 1 || mode != MM_STORE) {
-            pass_fail(be, "internal: a post-norm after a product it does "
-                          "not follow");
-            return;
-        }
-        p = &be->matmul_post[mi];
-        bufs[2 * MM_MAX_MATS + 2] = buf(post->xr);
-        bufs[2 * MM_MAX_MATS + 3] = post->weight;
-        bufs[2 * MM_MAX_MATS + 4] = &be->post_count;
-        pc.eps = post->eps;
-    }
-    dispatch(be, p, bufs, &pc, gx,
+    dispatch(be, norm ? &be->matmul_norm[form][mi] : &be->matmul[form][mi],
+             bufs, &pc, gx,
              groups_of(n, be->matmul_rowwise
                               ? MM_TOKENS
                               : vk_matmul_forms[form].max_tokens),
@@ -1181,8 +1113,7 @@ static void vkb_matmul(struct backend *base, const struct weight *w,
     struct vk_backend *be = vkb(base);
     const struct be_norm *fold;
     x = matmul_input(be, x, norm, n, 1, &w, &fold);
-    record_matmul(be, MM_STORE, 1, &w, x, fold, norm != NULL, n, &y, false,
-                  NULL);
+    record_matmul(be, MM_STORE, 1, &w, x, fold, norm != NULL, n, &y, false);
 }
 
 /* Matrices of one type and width go in one dispatch (q, k and v usually;
@@ -1203,7 +1134,7 @@ static void vkb_matmul_multi(struct backend *base, int count,
                w[i + k]->n_cols == w[i]->n_cols)
             k++;
         record_matmul(be, MM_STORE, k, w + i, x, fold, norm != NULL, n, y + i,
-                      false, NULL);
+                      false);
         i += k;
     }
 }
@@ -1213,33 +1144,7 @@ static void vkb_matmul_add(struct backend *base, const struct weight *w,
                            struct be_tensor *tmp, struct be_tensor *acc)
 {
     (void)tmp;
-    record_matmul(vkb(base), MM_ADD, 1, &w, x, NULL, false, n, &acc, false,
-                  NULL);
-}
-
-static void vkb_norm_add(struct backend *base, struct be_tensor *x,
-                         struct be_tensor *y, const float *weight, int n,
-                         int dim, float eps);
-
-/* The post-norm in the product's dispatch where post_fits (decode, and on
- * a CPU device verify blocks too); elsewhere the product, then
- * rmsnorm_add. Either way the same bits (norm.glsl). */
-static void vkb_matmul_norm_add(struct backend *base, const struct weight *w,
-                                const struct be_tensor *x, int n,
-                                struct be_tensor *tmp, struct be_tensor *acc,
-                                const float *weight, float eps)
-{
-    struct vk_backend *be = vkb(base);
-    const struct post_norm post = {acc, vk_model_find(be->weights, weight),
-                                   eps};
-    if (!post_fits(be, w, n) || !post.weight) {
-        record_matmul(be, MM_STORE, 1, &w, x, NULL, false, n, &tmp, false,
-                      NULL);
-        vkb_norm_add(base, acc, tmp, weight, n, (int)w->n_rows, eps);
-        return;
-    }
-    record_matmul(be, MM_STORE, 1, &w, x, NULL, false, n, &tmp, false,
-                  &post);
+    record_matmul(vkb(base), MM_ADD, 1, &w, x, NULL, false, n, &acc, false);
 }
 
 static void vkb_gated_matmul(struct backend *base, const struct weight *w_gate,
@@ -1255,7 +1160,7 @@ static void vkb_gated_matmul(struct backend *base, const struct weight *w_gate,
     const struct be_norm *fold;
     x = matmul_input(be, x, norm, n, 2, w, &fold);
     record_matmul(be, MM_GATED, 2, w, x, fold, norm != NULL, n, &gate,
-                  use_gelu, NULL);
+                  use_gelu);
 }
 
 static void vkb_copy_rows(struct backend *base, struct be_tensor *dst,
@@ -1747,7 +1652,6 @@ static const struct backend_ops vk_ops = {
     .folds_norm = true,
     .matmul = vkb_matmul,
     .matmul_multi = vkb_matmul_multi, .matmul_add = vkb_matmul_add,
-    .matmul_norm_add = vkb_matmul_norm_add,
     .gated_matmul = vkb_gated_matmul, .rope_kv_store = vkb_rope_kv_store,
     .copy_rows = vkb_copy_rows, .rmsnorm = vkb_rmsnorm,
     .norm_add = vkb_norm_add, .rope = vkb_rope,

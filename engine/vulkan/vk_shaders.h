@@ -97,17 +97,6 @@ struct vk_matmul_form {
 /* The rowwise form, and its form with the norm folded in. */
 #define VK_MATMUL_ROWS_PREFIX "rows_"
 #define VK_MATMUL_ROWS_NORM_PREFIX "rows_norm_"
-/* A product with a gemma3 post-norm and its add after it
- * (-DMM_POSTNORM): matmul_one_post_<t> (one token, as matmul_one_<t>)
- * and matmul_rows_post_<t> (as matmul_rows_<t>), mode MM_STORE, one
- * matrix: Y_0 = W_0 x, then XR[t] += rmsnorm(Y_0[t]) * PW for every token
- * t, with epsilon eps, rmsnorm_add's bits, by the workgroup that finishes
- * last. bindings 0-3 as above, then 4 XR (float, n_tokens rows of
- * n_rows[0]: the residual stream), 5 PW (float, n_rows[0]: the post-norm's
- * weights), 6 COUNT (a uint: zero before the dispatch, left zero). */
-#define VK_MATMUL_ONE_POST_PREFIX "one_post_"
-#define VK_MATMUL_ROWS_POST_PREFIX "rows_post_"
-enum { MM_POST_BINDINGS = 7 };
 enum { VK_MATMUL_FORMS = 5 };
 extern const struct vk_matmul_form vk_matmul_forms[VK_MATMUL_FORMS];
 
