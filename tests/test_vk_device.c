@@ -34,7 +34,7 @@
 #include "vk_device.h"
 #include "vk_model.h"
 
-/* What vk_device.c stages through in one submission (VK_STAGING_BYTES):
+/* What vk_submit.c stages through in one submission (VK_STAGING_BYTES):
  * transfers above it take several chunks. */
 #define STAGING_CHUNK ((size_t)64 << 20)
 

@@ -93,7 +93,7 @@ struct vk_buffer {
     VkDeviceSize size;      /* bytes asked for */
     void *mapped;           /* UPLOAD/READBACK: host pointer; else NULL */
     /* Where its memory came from (a block of the suballocator, or its own
-     * allocation for large buffers); internal to vk_device.c. */
+     * allocation for large buffers); internal to vk_memory.c. */
     VkDeviceMemory mem;
     VkDeviceSize offset;
     int block;              /* -1: own allocation */

@@ -8,7 +8,7 @@
  * they are recorded costs the GPU a submission boundary per chunk. So the
  * device keeps a command buffer of each recording that came twice, and
  * when a later recording asks for exactly the same commands, submits the
- * kept buffer in one go instead of recording it (vk_device.c).
+ * kept buffer in one go instead of recording it (vk_record.c).
  *
  * This module is the bookkeeping only, no Vulkan calls: the commands of
  * each kept recording, matched command by command against a new one, and
