@@ -138,6 +138,12 @@ static void test_info_devices_lists_what_device_picks(void **state)
         char line[300];
         snprintf(line, sizeof line, "0  %s", d[0].name);
         assert_non_null(strstr(text, line));
+        /* and what it binds at once, which a model's largest tensor and a
+         * layer's keys for the whole context must fit */
+        snprintf(line, sizeof line, "binds %6.1f MiB",
+                 d[0].binds_bytes / 1048576.0);
+        assert_non_null(strstr(text, line));
+        assert_true(d[0].binds_bytes > 0);
         assert_non_null(strstr(text, "--device N"));
     }
     free(text);
