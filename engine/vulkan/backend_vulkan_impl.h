@@ -150,13 +150,6 @@ static inline void pass_fail(struct vk_backend *be, const char *msg)
     be->failed = true;
 }
 
-/* Shaders read 32-bit words; an unaligned row's last bytes may sit in a
- * word past its end. */
-static inline VkDeviceSize padded(size_t bytes)
-{
-    return (bytes + 3) / 4 * 4 + 4;
-}
-
 /* ---- dispatch helpers ---- */
 
 static inline void dispatch(struct vk_backend *be,

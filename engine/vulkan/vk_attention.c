@@ -23,12 +23,10 @@ static int check_kv_binds(const struct vk_backend *be,
     for (int il = 0; il < kv->n_layer; il++)
         if (kv->layers[il].capacity > most)
             most = kv->layers[il].capacity;
-    const VkDeviceSize bytes = padded((size_t)most * kv->row_bytes);
+    const VkDeviceSize bytes = vk_padded_size((size_t)most * kv->row_bytes);
     if (vk_device_binds(be->dev, bytes))
         return 0;
-    /* padded() adds up to 7 bytes to a layer's rows */
-    const uint64_t fits =
-        (vk_device_max_buffer_range(be->dev) - 8) / kv->row_bytes;
+    const uint64_t fits = vk_device_binds_rows(be->dev, kv->row_bytes);
     const struct vk_range_text r = vk_device_range_text(be->dev, bytes);
     return kk_fail(err, "the KV cache on the GPU: a layer's %s keys for %d "
                    "positions take %s, more than %s binds at once (%s, its "
@@ -56,16 +54,16 @@ int vkb_bind_kv(struct backend *base, struct kv_cache *kv,
     be->n_kv_layers = kv->n_layer;
     for (int il = 0; il < kv->n_layer; il++) {
         size_t bytes = (size_t)kv->layers[il].capacity * kv->row_bytes;
-        if (vk_buffer_new(be->dev, padded(bytes), VK_MEM_DEVICE,
+        if (vk_buffer_new(be->dev, vk_padded_size(bytes), VK_MEM_DEVICE,
                           &be->kv_k[il], err) ||
-            vk_buffer_new(be->dev, padded(bytes), VK_MEM_DEVICE,
+            vk_buffer_new(be->dev, vk_padded_size(bytes), VK_MEM_DEVICE,
                           &be->kv_v[il], err))
             goto fail;
     }
     size_t stage = (size_t)kv->max_batch * kv->row_bytes;
-    if (vk_buffer_new(be->dev, padded(stage), VK_MEM_DEVICE, &be->stage_k,
+    if (vk_buffer_new(be->dev, vk_padded_size(stage), VK_MEM_DEVICE, &be->stage_k,
                       err) ||
-        vk_buffer_new(be->dev, padded(stage), VK_MEM_DEVICE, &be->stage_v,
+        vk_buffer_new(be->dev, vk_padded_size(stage), VK_MEM_DEVICE, &be->stage_v,
                       err))
         goto fail;
     return 0;

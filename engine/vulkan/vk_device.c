@@ -883,6 +883,13 @@ bool vk_device_binds(const struct vk_device *d, VkDeviceSize size)
     return align_up(size, 4) <= d->props.limits.maxStorageBufferRange;
 }
 
+uint64_t vk_device_binds_rows(const struct vk_device *d, size_t row_bytes)
+{
+    /* vk_padded_size(n * row_bytes) = whole words of them + one word */
+    const uint64_t range = d->props.limits.maxStorageBufferRange;
+    return range < 4 ? 0 : (range - 4) / 4 * 4 / row_bytes;
+}
+
 struct vk_range_text vk_device_range_text(const struct vk_device *d,
                                           VkDeviceSize size)
 {

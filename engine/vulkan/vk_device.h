@@ -165,6 +165,15 @@ uint64_t vk_device_max_buffer_range(const struct vk_device *d);
  * whole to a dispatch: its word-rounded size within maxStorageBufferRange.
  * vk_dispatch refuses a binding that cannot. */
 bool vk_device_binds(const struct vk_device *d, VkDeviceSize size);
+/* The buffer size for `bytes` of data the shaders read: shaders read
+ * 32-bit words, and an unaligned row's last bytes may sit in a word past
+ * its end, so whole words and one more. */
+static inline VkDeviceSize vk_padded_size(size_t bytes)
+{
+    return (bytes + 3) / 4 * 4 + 4;
+}
+/* The most rows of `row_bytes` whose vk_padded_size the device binds. */
+uint64_t vk_device_binds_rows(const struct vk_device *d, size_t row_bytes);
 /* For a message about a buffer of `size` bytes that the device does not
  * bind: the size and the device's limit as text, in MiB to one decimal, or
  * both in bytes where the MiB would read the same. */

@@ -22,13 +22,6 @@ struct vk_model {
     uint64_t bytes;
 };
 
-/* Shaders read whole 32-bit words, and an unaligned block may end one word
- * past its last byte: every buffer gets that much slack. */
-static VkDeviceSize padded(size_t bytes)
-{
-    return (bytes + 3) / 4 * 4 + 4;
-}
-
 void vk_model_repack_rows(uint32_t type, int64_t n_cols, int64_t n_rows,
                           size_t row_bytes, const void *src, void *dst)
 {
@@ -80,7 +73,7 @@ static int upload_repacked(struct vk_device *d, struct vk_buffer *dst,
 static int check_binds(struct vk_device *d, size_t bytes,
                        const struct weight *w, struct kk_error *err)
 {
-    if (vk_device_binds(d, padded(bytes)))
+    if (vk_device_binds(d, vk_padded_size(bytes)))
         return 0;
     const struct kk_dtype_info *t = w ? dtype_info(w->type) : NULL;
     char what[96];
@@ -90,7 +83,7 @@ static int check_binds(struct vk_device *d, size_t bytes,
                  t && t->name ? t->name : "weight");
     else
         snprintf(what, sizeof what, "vector");
-    const struct vk_range_text r = vk_device_range_text(d, padded(bytes));
+    const struct vk_range_text r = vk_device_range_text(d, vk_padded_size(bytes));
     return kk_fail(err, "a %s of %s is more than %s binds at once (%s, its "
                    "maxStorageBufferRange): run this model with --backend "
                    "cpu, or on a device that binds more",
@@ -117,7 +110,7 @@ static int add_copy(struct vk_device *d, struct vk_model *vm,
     }
     struct vk_tensor_copy *c = &vm->items[vm->n];
     c->host = host;
-    if (vk_buffer_new(d, padded(bytes), VK_MEM_DEVICE, &c->buf, err) ||
+    if (vk_buffer_new(d, vk_padded_size(bytes), VK_MEM_DEVICE, &c->buf, err) ||
         (w && w->type == KK_Q8_0 ? upload_repacked(d, &c->buf, w, err)
                                  : vk_upload(d, &c->buf, 0, host, bytes,
                                              err))) {
