@@ -38,12 +38,6 @@ void vkd_barrier(struct vk_device *d, VkCommandBuffer cmd,
                                0, NULL);
 }
 
-#define STAGES_WORK (VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT | \
-                     VK_PIPELINE_STAGE_TRANSFER_BIT)
-#define WRITES_WORK (VK_ACCESS_SHADER_WRITE_BIT | VK_ACCESS_TRANSFER_WRITE_BIT)
-#define ACCESS_WORK (VK_ACCESS_SHADER_READ_BIT | VK_ACCESS_SHADER_WRITE_BIT | \
-                     VK_ACCESS_TRANSFER_READ_BIT | VK_ACCESS_TRANSFER_WRITE_BIT)
-
 /* Submits cmd (already ended), or with VK_NULL_HANDLE no work at all,
  * without waiting. A fence (VK_NULL_HANDLE: none) is signalled once all
  * work submitted to the queue so far has completed, earlier submissions
