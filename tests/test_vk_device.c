@@ -368,6 +368,38 @@ static void test_the_automatic_choice_never_takes_a_software_renderer(
     }
 }
 
+/* Work goes to a family that computes and does not draw where the device
+ * has one (NVIDIA's families: draw-compute-copy, copy, compute-copy), to
+ * the first that computes where none is compute-only (lavapipe's one
+ * family) or when asked for it (KAKEYA_VK_QUEUE=graphics), never to a
+ * family of no queues, and nowhere when none computes. Needs no device. */
+static void test_the_queue_family_computes_and_does_not_draw_where_it_can(
+    void **state)
+{
+    (void)state;
+    enum { G = VK_QUEUE_GRAPHICS_BIT, C = VK_QUEUE_COMPUTE_BIT,
+           T = VK_QUEUE_TRANSFER_BIT };
+    const VkQueueFamilyProperties nvidia[] = {
+        {.queueFlags = G | C | T, .queueCount = 16},
+        {.queueFlags = T, .queueCount = 2},
+        {.queueFlags = C | T, .queueCount = 8}};
+    assert_int_equal(vk_compute_family(nvidia, 3, false), 2);
+    assert_int_equal(vk_compute_family(nvidia, 3, true), 0);
+    const VkQueueFamilyProperties one[] = {
+        {.queueFlags = G | C | T, .queueCount = 1}};
+    assert_int_equal(vk_compute_family(one, 1, false), 0);
+    const VkQueueFamilyProperties empty_compute[] = {
+        {.queueFlags = T, .queueCount = 1},
+        {.queueFlags = C, .queueCount = 0},
+        {.queueFlags = G | C, .queueCount = 1}};
+    assert_int_equal(vk_compute_family(empty_compute, 3, false), 2);
+    const VkQueueFamilyProperties none[] = {
+        {.queueFlags = G, .queueCount = 1},
+        {.queueFlags = T, .queueCount = 1}};
+    assert_int_equal(vk_compute_family(none, 2, false), UINT32_MAX);
+    assert_int_equal(vk_compute_family(none, 0, false), UINT32_MAX);
+}
+
 static void test_an_open_device_reports_its_name_and_limits(void **state)
 {
     struct vk_device *d = open_or_skip();
@@ -928,6 +960,8 @@ int main(void)
             test_an_index_past_the_last_device_is_refused_with_a_message),
         cmocka_unit_test(
             test_the_automatic_choice_never_takes_a_software_renderer),
+        cmocka_unit_test(
+            test_the_queue_family_computes_and_does_not_draw_where_it_can),
         cmocka_unit_test(test_an_open_device_reports_its_name_and_limits),
         cmocka_unit_test(
             test_a_matrix_past_the_device_range_is_refused_at_upload),

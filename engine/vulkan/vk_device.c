@@ -251,6 +251,22 @@ struct device_facts {
     bool has_clustered, has_shuffle;
 };
 
+uint32_t vk_compute_family(const VkQueueFamilyProperties *families,
+                           uint32_t n, bool first)
+{
+    uint32_t found = UINT32_MAX;
+    for (uint32_t i = 0; i < n; i++) {
+        if (!(families[i].queueFlags & VK_QUEUE_COMPUTE_BIT) ||
+            families[i].queueCount == 0)
+            continue;
+        if (found == UINT32_MAX)
+            found = i;
+        if (!first && !(families[i].queueFlags & VK_QUEUE_GRAPHICS_BIT))
+            return i;
+    }
+    return found;
+}
+
 /* Fills info and facts for pd. */
 static void describe(const struct vk_device *d, VkPhysicalDevice pd,
                      struct kk_vk_device_info *info,
@@ -289,12 +305,10 @@ static void describe(const struct vk_device *d, VkPhysicalDevice pd,
     if (families) {
         d->fn.vkGetPhysicalDeviceQueueFamilyProperties(pd, &n_families,
                                                        families);
-        for (uint32_t i = 0; i < n_families; i++)
-            if ((families[i].queueFlags & VK_QUEUE_COMPUTE_BIT) &&
-                families[i].queueCount > 0) {
-                facts->queue_family = i;
-                break;
-            }
+        /* KAKEYA_VK_QUEUE=graphics: the first that computes (to compare) */
+        const char *env = getenv("KAKEYA_VK_QUEUE");
+        facts->queue_family = vk_compute_family(
+            families, n_families, env && !strcmp(env, "graphics"));
         free(families);
     }
 

@@ -127,6 +127,13 @@ struct vk_device;
 int vk_device_list(struct kk_vk_device_info *out, int max,
                    struct kk_error *err);
 
+/* The queue family to compute on, of the n a device reports: one that
+ * computes and does not draw where there is one (NVIDIA's compute engine;
+ * README's architecture notes say what it measured), else, or with
+ * `first`, the first that computes; UINT32_MAX where none does. */
+uint32_t vk_compute_family(const VkQueueFamilyProperties *families,
+                           uint32_t n, bool first);
+
 /* Opens device `index` (from vk_device_list), or with index < 0 the first
  * usable GPU that is not a software renderer (KK_BACKEND_AUTO; fails when
  * there is none). The message of a failure names the device and what to do
