@@ -71,8 +71,9 @@ $(BUILD)/%.o: %.c
 # devices; matmul_one_norm_<t>, matmul_t4_norm_<t> and matmul_rows_norm_<t>
 # as those forms with the RMSNorm of their input folded in; matmul_dec_<t>
 # and matmul_dec_norm_<t>, decode on devices with 32-wide subgroups (the
-# output matrix); matmul_mma_q8_0, prefill's Q8_0 products as int8 tiles
-# on devices with NVIDIA's cooperative matrices; matmul_qx1_q8_0,
+# output matrix); matmul_mma64_q8_0, matmul_mma32_q8_0 and
+# matmul_mma16_q8_0, prefill's Q8_0 products as int8 tiles of 64, 32 and
+# 16 rows on devices with NVIDIA's cooperative matrices; matmul_qx1_q8_0,
 # matmul_qx4_q8_0, matmul_qx8_q8_0 and matmul_qx8r2_q8_0 (and their _norm_
 # forms), decode's and verify's Q8_0 products in packed int8 dot products. spirv.S pulls
 # every .spv in with .incbin; shader_list.h names them for vk_shaders.c's
@@ -82,7 +83,7 @@ MATMUL_FORMS := matmul_ matmul_t8_ matmul_t8s2_ matmul_t4_ matmul_one_ \
                 matmul_rows_ matmul_one_norm_ matmul_t4_norm_ \
                 matmul_rows_norm_ matmul_dec_ matmul_dec_norm_
 SHADER_NAMES := $(foreach f,$(MATMUL_FORMS),$(MATMUL_TYPES:%=$(f)%)) \
-                matmul_mma_q8_0 \
+                matmul_mma64_q8_0 matmul_mma32_q8_0 matmul_mma16_q8_0 \
                 $(foreach n,1 4 8 8r2,matmul_qx$(n)_q8_0 matmul_qx$(n)_norm_q8_0) \
                 rmsnorm rmsnorm_add rope add gated_act \
                 kv_store rope_kv_store rope_kv_store_norm attention \
@@ -121,7 +122,9 @@ MATMUL_DEFS_t8s2_ := $(MATMUL_DEFS_t8_) -DMM_NS=2
 MATMUL_DEFS_t4_norm_ := $(MATMUL_DEFS_t4_) -DMM_NORM
 MATMUL_DEFS_dec_ := -DMM_NT=1 -DMM_TEAMS=2 -DMM_DECODE
 MATMUL_DEFS_dec_norm_ := $(MATMUL_DEFS_dec_) -DMM_NORM
-MATMUL_DEFS_mma_ := -DMM_NT=8 -DMM_TEAMS=2 -DMM_MMA
+MATMUL_DEFS_mma64_ := -DMM_NT=64 -DMM_TEAMS=4 -DMM_MMA -DMMA_BANDS=4
+MATMUL_DEFS_mma32_ := -DMM_NT=64 -DMM_TEAMS=4 -DMM_MMA -DMMA_BANDS=2
+MATMUL_DEFS_mma16_ := -DMM_NT=64 -DMM_TEAMS=4 -DMM_MMA -DMMA_BANDS=1
 MATMUL_DEFS_qx1_ := -DMM_NT=1 -DMM_TEAMS=4 -DMM_QX
 MATMUL_DEFS_qx4_ := -DMM_NT=4 -DMM_TEAMS=4 -DMM_QX
 MATMUL_DEFS_qx8_ := -DMM_NT=8 -DMM_TEAMS=4 -DMM_QX
@@ -137,7 +140,8 @@ $$(BUILD)/shaders/matmul_$(1)%.spv: shaders/matmul.comp $$(wildcard shaders/*.gl
 	$$(GLSLC) $$(GLSL_FLAGS) $$(MATMUL_DEFS_$(1)) \
 	    -DWTYPE_$$(shell echo $$* | tr a-z A-Z) $$< -o $$@
 endef
-$(foreach f,one_ one_norm_ t4_ t4_norm_ t8_ t8s2_ dec_ dec_norm_ mma_ \
+$(foreach f,one_ one_norm_ t4_ t4_norm_ t8_ t8s2_ dec_ dec_norm_ \
+    mma64_ mma32_ mma16_ \
     qx1_ qx4_ qx8_ qx8r2_ qx1_norm_ qx4_norm_ qx8_norm_ qx8r2_norm_,\
     $(eval $(call MATMUL_FORM_RULE,$(f))))
 

@@ -1009,235 +1009,258 @@ void main()
 
 #elif defined(MM_MMA)
 
-/* The int8 tile form (matmul_mma_q8_0: prefill's products on devices with
- * NVIDIA's int8 cooperative matrices of 16 x 8 x 32 on 32-wide subgroups;
- * vk_shaders.h says when it runs): a workgroup owns a tile of 16 rows (MM_GATED: 16 rows of
- * both matrices) and 8 tokens. Its subgroups split the row's blocks:
- * subgroup s takes runs of MMA_STEP blocks s, s + MMA_SUBGROUPS, ... in
- * order. Per block it quantizes the 8 tokens' 32 values of x as the CPU's
- * Q8_0 x is (amax, q = round-to-even(v * 127 / amax), scale amax / 127),
- * multiplies them with the block's 16 x 32 weight quants in one int8
- * product (exact int32 sums), and adds each sum times the two scales into
- * its float partials; the subgroups' partials are then added in order. A
- * token's bits depend only on its own x (its quants, its exact integer
- * sums, one order of float steps), so a prompt gets the same bits however
- * it is cut into batches (test_vk_ops).
+/* The int8 tile forms (matmul_mma<rows>_q8_0: prefill's products on
+ * devices with NVIDIA's int8 cooperative matrices of 16 x 8 x 32 on
+ * 32-wide subgroups; vk_shaders.h says when each runs): a workgroup owns
+ * 16 x MMA_BANDS rows (64, 32 or 16; MM_GATED: those rows of both
+ * matrices) and 64 tokens, and walks the rows' blocks in order. Per block
+ * its 256 invocations stage the rows' quants and scales and the 64 tokens'
+ * x, quantized as the CPU's Q8_0 x is (amax, q = round-to-even(v * 127 /
+ * amax), scale amax / 127), into shared memory; then each of the 8
+ * subgroups (MMA_BANDS bands of 16 rows by 8 / MMA_BANDS sides of tokens)
+ * multiplies its 16 rows by its tokens, int8 products of 16 x 8 x 32
+ * (exact int32 sums), and adds each sum times its two scales into its
+ * float partials, one fma a block. The forms differ in which workgroup
+ * makes a sum, never in how. A token's bits depend only on its own x (its
+ * quants, its exact integer sums, its blocks' steps in order), so a prompt
+ * gets the same bits however it is cut into batches (test_vk_ops).
  *
- * The weights come in as plain loads (16 bytes, 4 words or bytes, as the
- * rows are aligned), every load of a run issued before any is used, and go
- * to the product through shared memory: loaded straight from the buffer by
- * coopMatLoadNV, each tile was a round trip of its own (decoding the 1B
- * shape through this form took 3.6 ms a token, 2.4 this way). Which sum of a product tile a lane holds is the driver's
- * choice: each subgroup finds out once, by loading a tile of the elements'
- * own indices. Measured on the H200 (1B shape, prefill tok/s): runs of 2
- * blocks and 4 subgroups 8,656; 4 and 4, 7,942; 4 and 2, 8,564; 2 and 8,
- * 8,291; 8 and 8 about 6,200. */
+ * Each weight byte is read once per 64 tokens. The blocks are staged
+ * MMA_BLOCKS at a time in two alternating stages (one barrier a stage),
+ * the next stage's loads issued before this one's products. The token
+ * tiles of a row tile are neighbours in the grid (x), so they read its
+ * weights while they are in L2. Which sum of a product tile a lane holds
+ * is the driver's choice: the workgroup finds out once, by loading a tile
+ * of the elements' own indices. On the H200 the 1B shape prefilled 256
+ * tokens at 17,956-18,129 tok/s with 2 blocks a stage, 17,328-17,647 with
+ * 1, 17,171-17,268 with 4 in a single stage (two barriers a stage), and
+ * 9,094-9,158 in the form this replaced: 16 rows by 8 tokens a
+ * workgroup, each quantizing its 8 tokens' x again. */
 
-#if !defined(WTYPE_Q8_0) || MM_NT != 8
-#error "matmul.comp: MM_MMA is Q8_0 in tiles of 8 tokens"
+#if !defined(WTYPE_Q8_0) || MM_NT != 64 || MM_TEAMS != 4
+#error "matmul.comp: MM_MMA is Q8_0 in tiles of 64 tokens, 4 teams"
+#endif
+#ifndef MMA_BANDS
+#define MMA_BANDS 4      /* bands of 16 rows a workgroup (vk_mma_rows) */
 #endif
 #define MMA_M 16u
 #define MMA_N 8u
-#define MMA_K 32u        /* one Q8_0 block */
 #define MMA_SG 32u       /* the subgroup width this form is for */
-#define MMA_STEP 2u      /* blocks whose loads a subgroup issues together */
-#define MMA_SUBGROUPS (WG * TEAMS / MMA_SG)
-#define MMA_C (MMA_M * MMA_N)   /* sums in a product tile */
-#define MMA_LEN 4u              /* of them per lane: MMA_C / MMA_SG */
+#define MMA_ROWS (16u * MMA_BANDS)   /* a workgroup's rows */
+#define MMA_TOKENS 64u   /* and tokens (VK_MMA_TOKENS) */
+#define MMA_SIDES (8u / MMA_BANDS)   /* the 8 subgroups: bands x sides */
+#define MMA_SIDE (MMA_TOKENS / MMA_SIDES)   /* a subgroup's tokens */
+#define MMA_J (MMA_SIDE / MMA_N)     /* its product tiles per matrix */
+#define MMA_LEN 4u       /* sums of a product tile per lane: 16 x 8 / 32 */
+#define MMA_WORDS 8u     /* a block's 32 quants, in words */
+#ifndef MMA_BLOCKS
+#define MMA_BLOCKS 2     /* blocks staged at once */
+#endif
+#if MMA_BLOCKS != 1 && MMA_BLOCKS != 2
+#error "matmul.comp: two stages of 3+ blocks pass 48 KiB of shared memory"
+#endif
+#define MMA_G uint(MMA_BLOCKS)
+/* A row's (or token's) MMA_G blocks in shared memory: with two, padded by
+ * 8 words so that neighbouring rows of a tile start 8 banks apart. */
+#define MMA_STRIDE (MMA_G * MMA_WORDS + (MMA_G > 1u ? 8u : 0u))
+/* Two stages of MMA_G blocks: the next one is put while this one is
+ * multiplied, one barrier between. */
+#define MMA_STAGES 2u
 #define WTILE icoopmatNV<8, gl_ScopeSubgroup, 16, 32>
 #define XTILE icoopmatNV<8, gl_ScopeSubgroup, 32, 8>
 #define CTILE icoopmatNV<32, gl_ScopeSubgroup, 16, 8>
 
-/* Per subgroup: a weight tile (two for MM_GATED) on its way to the
- * product, 16 rows of 32 bytes as uvec4s; MMA_STEP blocks of quantized x,
- * token t's 32 quants at words 8 t ..; their scales; the run's weight
- * scales (matrix, block, row); the tile of element indices. */
-shared uvec4 mma_w[MMA_SUBGROUPS * 2u * 32u];
-/* (at least 2 x MMA_C words a subgroup: the partials go there too) */
-#define MMA_XQ_WORDS (MMA_STEP * 64u > 2u * MMA_C ? MMA_STEP * 64u : 2u * MMA_C)
-shared uint mma_xq[MMA_SUBGROUPS * MMA_XQ_WORDS];
-shared float mma_xd[MMA_SUBGROUPS * MMA_STEP * MMA_N];
-shared float mma_dw[MMA_SUBGROUPS * 2u * MMA_STEP * MMA_M];
-shared int mma_index[MMA_SUBGROUPS * MMA_C];
-/* the partials go where the x quants were (as float bits) */
-#define MMA_PART_PUT(i, v) mma_xq[i] = floatBitsToUint(v)
-#define MMA_PART(i) uintBitsToFloat(mma_xq[i])
+/* Stage s's MMA_G blocks: block g's quants of row r of matrix k at words
+ * ((s * 2 + k) * MMA_ROWS + r) * MMA_STRIDE + 8 g .., its scale at
+ * ((s * 2 + k) * MMA_G + g) * MMA_ROWS + r; token t's x quants at (s * 64
+ * + t) * MMA_STRIDE + 8 g .., its scale at (s * MMA_G + g) * 64 + t. */
+shared uint mma_wq[MMA_STAGES * 2u * MMA_ROWS * MMA_STRIDE];
+shared float mma_dw[MMA_STAGES * 2u * MMA_G * MMA_ROWS];
+shared uint mma_xq[MMA_STAGES * MMA_TOKENS * MMA_STRIDE];
+shared float mma_xd[MMA_STAGES * MMA_G * MMA_TOKENS];
+shared int mma_index[MMA_M * MMA_N];
 
-/* Quantizes block b of the tokens t0 .. t0 + nt (8 of them; past nt the
- * last again) into slot `slot` of this subgroup's x: lane l takes token
- * l / 4, values 8 (l % 4) .. + 8 of the block. */
-void mma_quantize(uint b, uint slot, uint t0, uint nt)
+/* What an invocation stages of one block: 8 quants (two words) of its row
+ * of each matrix and the row's scale bits, 8 values of its token's x. */
+struct mma_stage {
+    uint qa0, qa1, qg0, qg1, da, dg;
+    vec4 x0, x1;
+};
+
+/* Loads block b's share of invocation (token i, row i % MMA_ROWS, quarter
+ * h): rows past the last read the last again, tokens past nt the last
+ * token. (With fewer than 64 rows, several invocations load a row; one
+ * puts it.) */
+void mma_load(uint ma, uint mb, const bool gated, uint r0, uint rows, uint t0,
+              uint nt, uint b, uint i, uint h, out mma_stage st)
 {
-    const uint lane = gl_SubgroupInvocationID, t = lane >> 2u;
-    const uint c = MMA_K * b + 8u * (lane & 3u);
-    const uint tok = t0 + min(t, nt - 1u);
-    const vec4 v0 = load_x4(tok, c), v1 = load_x4(tok, c + 4u);
-    const vec4 a = max(abs(v0), abs(v1));
+    const uint off = min(r0 + i % MMA_ROWS, rows - 1u) * pc.row_bytes;
+    const uint bq = off + 32u * b + 8u * h, bd = off + pc.n_cols + 2u * b;
+    uint q[2];
+    KK_LOAD_WORDS(W[ma].w, bq, q, 2u);
+    st.qa0 = q[0];
+    st.qa1 = q[1];
+    st.da = KK_U16(W[ma].w, bd);
+    if (gated) {
+        KK_LOAD_WORDS(W[mb].w, bq, q, 2u);
+        st.qg0 = q[0];
+        st.qg1 = q[1];
+        st.dg = KK_U16(W[mb].w, bd);
+    } else {
+        st.qg0 = st.qg1 = st.dg = 0u;
+    }
+    const uint tok = t0 + min(i, nt - 1u), c = 32u * b + 8u * h;
+    st.x0 = load_x4(tok, c);
+    st.x1 = load_x4(tok, c + 4u);
+}
+
+/* Puts a loaded share as block g of stage s, x quantized: the four
+ * invocations of a token (neighbouring lanes) find its amax together. */
+void mma_put(mma_stage st, const bool gated, uint s, uint g, uint i, uint h)
+{
+    const vec4 a = max(abs(st.x0), abs(st.x1));
     const float amax = subgroupClusteredMax(max(max(a.x, a.y), max(a.z, a.w)),
                                             4u);
     const float id = q8_factor(amax);
-    const uint slot0 = gl_SubgroupID * MMA_STEP + slot;
-    const uint at = slot0 * 64u + 8u * t + 2u * (lane & 3u);
-    mma_xq[at] = q8_pack4(v0, id);
-    mma_xq[at + 1u] = q8_pack4(v1, id);
-    if ((lane & 3u) == 0u) {
+    const uint xw = (s * MMA_TOKENS + i) * MMA_STRIDE + g * MMA_WORDS + 2u * h;
+    mma_xq[xw] = q8_pack4(st.x0, id);
+    mma_xq[xw + 1u] = q8_pack4(st.x1, id);
+    if (h == 0u) {
         precise float d = amax * (1.0 / 127.0);
-        mma_xd[slot0 * MMA_N + t] = d;
+        mma_xd[(s * MMA_G + g) * MMA_TOKENS + i] = d;
     }
-}
-
-/* The f16 scale of block b of row r of matrix m. */
-float mma_scale(uint m, uint r, uint b)
-{
-    const uint at = r * pc.row_bytes + pc.n_cols + 2u * b;
-    return kk_f16_to_f32(KK_U16(W[m].w, at));
+    if (i >= MMA_ROWS)
+        return;
+    const uint wa = (s * 2u * MMA_ROWS + i) * MMA_STRIDE + g * MMA_WORDS + 2u * h;
+    mma_wq[wa] = st.qa0;
+    mma_wq[wa + 1u] = st.qa1;
+    if (gated) {
+        mma_wq[wa + MMA_ROWS * MMA_STRIDE] = st.qg0;
+        mma_wq[wa + MMA_ROWS * MMA_STRIDE + 1u] = st.qg1;
+    }
+    if (h == 0u) {
+        const uint dw = (s * 2u * MMA_G + g) * MMA_ROWS + i;
+        mma_dw[dw] = kk_f16_to_f32(st.da);
+        if (gated)
+            mma_dw[dw + MMA_G * MMA_ROWS] = kk_f16_to_f32(st.dg);
+    }
 }
 
 /* acc[i] += sum i of tile c (element index e[i]: row e / 8, token e % 8)
- * times its row's weight scale (matrix k's, slot i0 of the run) and its
- * token's x scale, one fma each. */
-void mma_add(inout float acc[MMA_LEN], CTILE c, CTILE e, uint k, uint i0)
+ * times its row's weight scale (at dw0 + row) and its token's x scale (at
+ * xd0 + token), one fma each. */
+void mma_add(inout float acc[MMA_J * MMA_LEN], uint j, CTILE c, CTILE e,
+             uint dw0, uint xd0)
 {
-    const uint sg = gl_SubgroupID;
     [[unroll]] for (uint i = 0u; i < MMA_LEN; i++) {
         const uint el = uint(e[i]);
-        const float dw = mma_dw[((sg * 2u + k) * MMA_STEP + i0) * MMA_M +
-                                (el >> 3u)];
-        precise float s = dw * mma_xd[(sg * MMA_STEP + i0) * MMA_N +
-                                      (el & 7u)];
-        acc[i] = fma(float(c[i]), s, acc[i]);
+        precise float s = mma_dw[dw0 + (el >> 3u)] * mma_xd[xd0 + (el & 7u)];
+        acc[j * MMA_LEN + i] = fma(float(c[i]), s, acc[j * MMA_LEN + i]);
     }
 }
 
-/* This subgroup's runs of blocks: its lanes' sums of tile elements e for
- * matrix ma (a) and, for MM_GATED, mb (g). Every lane of the subgroup runs
- * every step (the products are the subgroup's together). The weights are
- * read in row form `form` (row_form()); it and `gated` are constants where
- * this is called, so each case is compiled with no branch between its
- * loads. */
-void mma_sums(const uint form, uint ma, uint mb, const bool gated, uint r0,
-              uint t0, uint nt, CTILE e, out float a[MMA_LEN],
-              out float g[MMA_LEN])
+/* Block g of stage s: its products for this subgroup, rows 16 band .. + 16
+ * of matrix 0 (a) and, for MM_GATED, matrix 1 (u), tokens MMA_SIDE side
+ * .. + MMA_SIDE. */
+void mma_products(const bool gated, uint s, uint g, uint band, uint side,
+                  CTILE e, inout float a[MMA_J * MMA_LEN],
+                  inout float u[MMA_J * MMA_LEN])
 {
-    const uint lane = gl_SubgroupInvocationID, sg = gl_SubgroupID;
-    const uint nb = pc.n_cols / MMA_K;
-    /* lane l loads half l % 2 of row l / 2 of each tile (group 2 b + l % 2
-     * of the row) */
-    const uint off = (r0 + (lane >> 1u)) * pc.row_bytes;
-    [[unroll]] for (uint i = 0u; i < MMA_LEN; i++) {
-        a[i] = 0.0;
-        g[i] = 0.0;
+    WTILE ta, tg;
+    const uint wa = (s * 2u * MMA_ROWS + MMA_M * band) * MMA_STRIDE +
+                    g * MMA_WORDS;
+    coopMatLoadNV(ta, mma_wq, wa, MMA_STRIDE, false);
+    if (gated)
+        coopMatLoadNV(tg, mma_wq, wa + MMA_ROWS * MMA_STRIDE, MMA_STRIDE,
+                      false);
+    const uint da = (s * 2u * MMA_G + g) * MMA_ROWS + MMA_M * band;
+    [[unroll]] for (uint j = 0u; j < MMA_J; j++) {
+        const uint t = MMA_SIDE * side + MMA_N * j;
+        XTILE xb;
+        coopMatLoadNV(xb, mma_xq,
+                      (s * MMA_TOKENS + t) * MMA_STRIDE + g * MMA_WORDS,
+                      MMA_STRIDE, true);
+        const uint xd = (s * MMA_G + g) * MMA_TOKENS + t;
+        mma_add(a, j, coopMatMulAddNV(ta, xb, CTILE(0)), e, da, xd);
+        if (gated)
+            mma_add(u, j, coopMatMulAddNV(tg, xb, CTILE(0)), e,
+                    da + MMA_G * MMA_ROWS, xd);
     }
-    for (uint b0 = sg * MMA_STEP; b0 < nb; b0 += MMA_SUBGROUPS * MMA_STEP) {
-        /* every load of the run first; blocks past the row's end load its
-         * last one again and are not added */
-        uvec4 wa[MMA_STEP], wg[MMA_STEP];
-        uint unused;   /* raw_group's scale: the lanes share them out below */
-        float sa[MMA_STEP / 2u], sg2[MMA_STEP / 2u];
-        [[unroll]] for (uint i = 0u; i < MMA_STEP; i++) {
-            const uint gi = 2u * min(b0 + i, nb - 1u) + (lane & 1u);
-            raw_group(form, ma, off, gi, wa[i], unused);
-            if (gated)
-                raw_group(form, mb, off, gi, wg[i], unused);
-            else
-                wg[i] = uvec4(0u);
-        }
-        /* the run's scales: lane l takes row l % 16 of blocks l / 16,
-         * 2 + l / 16, ... */
-        [[unroll]] for (uint h = 0u; h < MMA_STEP / 2u; h++) {
-            const uint b = min(b0 + (lane >> 4u) + 2u * h, nb - 1u);
-            sa[h] = mma_scale(ma, r0 + (lane & 15u), b);
-            sg2[h] = gated ? mma_scale(mb, r0 + (lane & 15u), b) : 0.0;
-        }
-        [[unroll]] for (uint i = 0u; i < MMA_STEP; i++)
-            mma_quantize(min(b0 + i, nb - 1u), i, t0, nt);
-        [[unroll]] for (uint h = 0u; h < MMA_STEP / 2u; h++) {
-            const uint i0 = (lane >> 4u) + 2u * h;
-            mma_dw[(sg * 2u * MMA_STEP + i0) * MMA_M + (lane & 15u)] = sa[h];
-            mma_dw[((sg * 2u + 1u) * MMA_STEP + i0) * MMA_M + (lane & 15u)] =
-                sg2[h];
-        }
-        [[unroll]] for (uint i = 0u; i < MMA_STEP; i++) {
-            mma_w[sg * 64u + lane] = wa[i];
-            mma_w[sg * 64u + 32u + lane] = wg[i];
-            subgroupMemoryBarrierShared();
-            subgroupBarrier();
-            WTILE ta, tg;
-            XTILE xb;
-            coopMatLoadNV(ta, mma_w, sg * 64u, 2u, false);
-            coopMatLoadNV(xb, mma_xq, (sg * MMA_STEP + i) * 64u, 8u, true);
-            const CTILE ca = coopMatMulAddNV(ta, xb, CTILE(0));
-            CTILE cg = CTILE(0);
-            if (gated) {
-                coopMatLoadNV(tg, mma_w, sg * 64u + 32u, 2u, false);
-                cg = coopMatMulAddNV(tg, xb, CTILE(0));
-            }
-            if (b0 + i < nb) {
-                mma_add(a, ca, e, 0u, i);
-                if (gated)
-                    mma_add(g, cg, e, 1u, i);
-            }
-            subgroupBarrier();   /* the tiles are read before the next */
-        }
+}
+
+/* The workgroup's walk over the blocks, MMA_G at a time in alternate
+ * stages: the next MMA_G's loads are in flight during this one's products,
+ * and a stage is put again only after a barrier that every product of it
+ * came before (gated is a constant where this is called, so each case is
+ * compiled with no branch between its loads). Blocks past the row's end
+ * load and stage its last block again and are not multiplied. */
+void mma_sums(uint ma, uint mb, const bool gated, uint r0, uint rows, uint t0,
+              uint nt, CTILE e, out float a[MMA_J * MMA_LEN],
+              out float u[MMA_J * MMA_LEN])
+{
+    const uint i = gl_LocalInvocationID.x >> 2u, h = gl_LocalInvocationID.x & 3u;
+    const uint band = gl_SubgroupID % MMA_BANDS;
+    const uint side = gl_SubgroupID / MMA_BANDS;
+    const uint nb = pc.n_cols / 32u;
+    [[unroll]] for (uint k = 0u; k < MMA_J * MMA_LEN; k++) {
+        a[k] = 0.0;
+        u[k] = 0.0;
+    }
+    mma_stage st[MMA_G];
+    [[unroll]] for (uint g = 0u; g < uint(MMA_G); g++)
+        mma_load(ma, mb, gated, r0, rows, t0, nt, min(g, nb - 1u), i, h,
+                 st[g]);
+    uint s = 0u;
+    for (uint b0 = 0u; b0 < nb; b0 += MMA_G) {
+        [[unroll]] for (uint g = 0u; g < uint(MMA_G); g++)
+            mma_put(st[g], gated, s, g, i, h);
+        barrier();
+        [[unroll]] for (uint g = 0u; g < uint(MMA_G); g++)
+            mma_load(ma, mb, gated, r0, rows, t0, nt,
+                     min(b0 + MMA_G + g, nb - 1u), i, h, st[g]);
+        [[unroll]] for (uint g = 0u; g < uint(MMA_G); g++)
+            if (b0 + g < nb)
+                mma_products(gated, s, g, band, side, e, a, u);
+        s ^= 1u;
     }
 }
 
 void main()
 {
-    const uint group = gl_WorkGroupID.x + gl_WorkGroupID.z * gl_NumWorkGroups.x;
+    const uint group = gl_WorkGroupID.y;
     const bool gated = pc.mode == MM_GATED;
     const uint m = matrix_of(group);
-    const uint r0 = (group - pc.start[m]) * MMA_M, rows = pc.n_rows[m];
-    if (r0 >= rows)
+    const uint r0 = (group - pc.start[m]) * MMA_ROWS, rows = pc.n_rows[m];
+    const uint t0 = gl_WorkGroupID.x * MMA_TOKENS;
+    if (r0 >= rows || t0 >= pc.n_tokens)
         return;
-    const uint t0 = gl_WorkGroupID.y * MMA_N;
-    const uint nt = min(MMA_N, pc.n_tokens - t0);
-    const uint lane = gl_SubgroupInvocationID, sg = gl_SubgroupID;
-    [[unroll]] for (uint k = 0u; k < MMA_LEN; k++)
-        mma_index[sg * MMA_C + k * MMA_SG + lane] = int(k * MMA_SG + lane);
-    norm_scales(t0, nt);   /* barriers: mma_index is written */
-    CTILE e;
-    coopMatLoadNV(e, mma_index, sg * MMA_C, MMA_N, false);
-
-    float a[MMA_LEN], g[MMA_LEN];
-    const uint form = row_form();
-    if (gated && form == 0u)
-        mma_sums(0u, 0u, 1u, true, r0, t0, nt, e, a, g);
-    else if (gated && form == 1u)
-        mma_sums(1u, 0u, 1u, true, r0, t0, nt, e, a, g);
-    else if (gated)
-        mma_sums(2u, 0u, 1u, true, r0, t0, nt, e, a, g);
-    else if (form == 0u)
-        mma_sums(0u, m, m, false, r0, t0, nt, e, a, g);
-    else if (form == 1u)
-        mma_sums(1u, m, m, false, r0, t0, nt, e, a, g);
-    else
-        mma_sums(2u, m, m, false, r0, t0, nt, e, a, g);
-    barrier();   /* every subgroup is done with its x quants */
-    [[unroll]] for (uint i = 0u; i < MMA_LEN; i++) {
-        MMA_PART_PUT(sg * 2u * MMA_C + uint(e[i]), a[i]);
-        MMA_PART_PUT((sg * 2u + 1u) * MMA_C + uint(e[i]), g[i]);
-    }
+    const uint nt = min(MMA_TOKENS, pc.n_tokens - t0);
+    const uint tid = gl_LocalInvocationID.x;
+    if (tid < MMA_M * MMA_N)
+        mma_index[tid] = int(tid);
     barrier();
-    if (sg != 0u)
-        return;
-    /* lane l adds up row l / 2, tokens 4 (l % 2) .. + 4: elements 4 l .. */
-    const uint row = lane >> 1u, tq = 4u * (lane & 1u);
-    [[unroll]] for (uint j = 0u; j < 4u; j++) {
-        precise float sa = MMA_PART(4u * lane + j);
-        precise float su = MMA_PART(MMA_C + 4u * lane + j);
-        for (uint k = 1u; k < MMA_SUBGROUPS; k++) {
-            sa += MMA_PART(k * 2u * MMA_C + 4u * lane + j);
-            su += MMA_PART((k * 2u + 1u) * MMA_C + 4u * lane + j);
+    CTILE e;
+    coopMatLoadNV(e, mma_index, 0u, MMA_N, false);
+
+    float a[MMA_J * MMA_LEN], g[MMA_J * MMA_LEN];
+    if (gated)
+        mma_sums(0u, 1u, true, r0, rows, t0, nt, e, a, g);
+    else
+        mma_sums(m, m, false, r0, rows, t0, nt, e, a, g);
+    const uint band = gl_SubgroupID % MMA_BANDS;
+    const uint side = gl_SubgroupID / MMA_BANDS;
+    [[unroll]] for (uint j = 0u; j < MMA_J; j++)
+        [[unroll]] for (uint i = 0u; i < MMA_LEN; i++) {
+            const uint el = uint(e[i]);
+            const uint r = r0 + MMA_M * band + (el >> 3u);
+            const uint t = MMA_SIDE * side + MMA_N * j + (el & 7u);
+            if (t >= nt || r >= rows)
+                continue;
+            if (gated)
+                store_gated(r, t0 + t, a[j * MMA_LEN + i], g[j * MMA_LEN + i]);
+            else
+                store_sum(m, r, t0 + t, a[j * MMA_LEN + i]);
         }
-        const uint t = tq + j;
-        if (t >= nt || r0 + row >= rows)
-            continue;
-        if (gated)
-            store_gated(r0 + row, t0 + t, sa, su);
-        else
-            store_sum(m, r0 + row, t0 + t, sa);
-    }
 }
 
 #elif defined(MM_ROWWISE)

@@ -291,13 +291,27 @@ static const struct vk_qx_form *qx_form_of(const char *shader)
     return NULL;
 }
 
+/* The rows a workgroup of the int8 tile form `shader` takes, or 0 for
+ * another form. */
+static uint32_t mma_rows_of(const char *shader)
+{
+    for (int f = 0; f < VK_MMA_FORMS; f++) {
+        char name[64];
+        vk_mma_shader_name(name, sizeof name, f);
+        if (!strcmp(name, shader))
+            return (uint32_t)vk_mma_rows[f];
+    }
+    return 0;
+}
+
 static void matmul_on_device(const struct mm_call *c)
 {
     static const int bindings[MM_BINDINGS] = {MM_MAX_MATS, 1, MM_MAX_MATS,
                                               1};
     const size_t row_bytes = dtype_row_bytes(c->type, (uint64_t)c->n_cols);
     const bool rowwise = strstr(c->shader, "_rows_") != NULL;
-    const bool mma = strstr(c->shader, "_" VK_MATMUL_MMA_PREFIX) != NULL;
+    const uint32_t mma_rows = mma_rows_of(c->shader);
+    const bool mma = mma_rows > 0;
     const struct vk_qx_form *qx = qx_form_of(c->shader);
     int all_rows = 0;
     for (int m = 0; m < c->n_mats; m++)
@@ -314,7 +328,7 @@ static void matmul_on_device(const struct mm_call *c)
                                       : (uint32_t)form->max_tokens;
     const uint32_t per =
         rowwise ? MM_ROWWISE_ROWS
-        : mma   ? VK_MMA_ROWS
+        : mma   ? mma_rows
         : qx    ? VK_QX_INVOCATIONS / qx_lanes * (uint32_t)qx->rows
                 : teams * (uint32_t)(c->mode == MM_GATED ? form->slots / 2
                                                           : form->slots);
@@ -369,8 +383,15 @@ static void matmul_on_device(const struct mm_call *c)
         gz = 1;
         gx = (c->seed & 1) ? 1 : groups;
     }
+    uint32_t gy = ceil_div(c->n_tokens, y_tokens);
+    if (mma) {
+        /* the int8 tiles: token tiles in x, row groups in y */
+        gx = gy;
+        gy = groups;
+        gz = 1;
+    }
     run_arrays(c->shader, MM_BINDINGS, bindings, bufs, &push, sizeof push,
-               gx, ceil_div(c->n_tokens, y_tokens), gz);
+               gx, gy, gz);
     for (int m = 0; m < n_out; m++) {
         download(&by[m], c->y[m], (size_t)c->n_tokens * c->n_rows[m] * 4);
         vk_buffer_free(dev, &by[m]);
@@ -2000,9 +2021,9 @@ static void check_same_bits_normed(const char *batched, const char *part,
     const int n_cols = d->n_cols;
     for (int i = 0; i < N_MM_MODES; i++) {
         const struct mm_mode *md = &mm_modes[i];
-        /* outputs of up to 9 tiles of VK_MMA_ROWS rows */
-        static float batch[MM_MAX_MATS][TOKENS * 9 * VK_MMA_ROWS],
-            some[MM_MAX_MATS][TOKENS * 9 * VK_MMA_ROWS];
+        /* outputs of up to 9 tiles of the int8 tile forms' rows */
+        static float batch[MM_MAX_MATS][TOKENS * 9 * 64],
+            some[MM_MAX_MATS][TOKENS * 9 * 64];
         float *bp[MM_MAX_MATS], *sp[MM_MAX_MATS];
         for (int m = 0; m < MM_MAX_MATS; m++) {
             memset(batch[m], 0, sizeof batch[m]);
@@ -2256,51 +2277,52 @@ static void check_matmul_q8x(const char *shader, int n_cols, int n_rows,
     free(h);
 }
 
-static void check_matmul_mma(int n_cols, int n_rows, int n_tokens,
-                             uint64_t seed)
-{
-    check_matmul_q8x("matmul_" VK_MATMUL_MMA_PREFIX "q8_0", n_cols, n_rows,
-                     n_tokens, NULL, seed);
-}
-
 /* On a device with int8 tiles (the NVIDIA GPU) prefill's products of a
- * Q8_0 matrix that fits them go through matmul_mma_q8_0: it must compute
- * the CPU's Q8_0 product (rows of 8 to 264 blocks, 16-byte, 4-byte and
- * 2-byte aligned, a subgroup's last run of blocks short, batches in one
- * y-group and over several), give a token
- * the same bits alone and in any batch (a prompt cut into chunks another
- * way gets the same cache), and give the fused modes the bits of the
- * separate ops. */
+ * Q8_0 matrix go through the matmul_mma<rows>_q8_0 forms: each must
+ * compute the CPU's Q8_0 product (rows of 8 to 264 blocks, 16-byte, 4-byte
+ * and 2-byte aligned, tiles of rows and of tokens whole and short, one
+ * tile of tokens and several), give a token the same bits alone and in
+ * any batch (a prompt cut into chunks another way gets the same cache) and
+ * in every form (the backend picks the form by the batch's size), and give
+ * the fused modes the bits of the separate ops. */
 static void test_matmul_mma_forms_agree_with_the_cpu_and_themselves(
     void **state)
 {
     (void)state;
     REQUIRE_DEVICE();
     if (!vk_device_has_int8_mma(dev)) {
-        fprintf(stderr, "*** SKIPPED: the int8 tile forms (matmul_mma_q8_0): "
+        fprintf(stderr, "*** SKIPPED: the int8 tile forms (matmul_mma*): "
                 "this device has no int8 cooperative matrices of 16 x 8 x "
                 "32; tools/gpu-bench.sh runs these tests on the NVIDIA "
                 "GPU\n");
         return;
     }
-    const char *mma = "matmul_" VK_MATMUL_MMA_PREFIX "q8_0";
-    check_matmul_mma(256, 16, 1, 1);
-    check_matmul_mma(2048, 48, 8, 2);
-    check_matmul_mma(32 * 264, 32, 17, 3);
-    check_matmul_mma(1024 + 256, 16, 3, 4);
-    check_matmul_mma(32 * 30, 32, 9, 5);   /* rows 4-byte aligned */
-    check_matmul_mma(32 * 67, 16, 5, 6);   /* rows 2-byte aligned */
-    static const int widths[] = {256, 2048, 32 * 264, 32 * 30, 32 * 67};
-    for (size_t i = 0; i < sizeof widths / sizeof widths[0]; i++) {
-        struct mm_data d = mm_data_tiles(KK_Q8_0, widths[i], 17, 0x3a + i,
-                                         VK_MMA_ROWS);
-        check_same_bits_by_parts(mma, mma, 1, &d);
-        check_same_bits_by_parts(mma, mma, 3, &d);
-        check_same_bits_by_parts(mma, mma, VK_MMA_TOKENS, &d);
-        mm_data_free(&d);
-        check_fused_tiles(mma, KK_Q8_0, widths[i], 1, 0x4a + i, VK_MMA_ROWS);
-        check_fused_tiles(mma, KK_Q8_0, widths[i], 11, 0x5a + i,
-                          VK_MMA_ROWS);
+    char first[64];
+    vk_mma_shader_name(first, sizeof first, 0);
+    for (int f = 0; f < VK_MMA_FORMS; f++) {
+        char mma[64];
+        vk_mma_shader_name(mma, sizeof mma, f);
+        const int unit = vk_mma_rows[f];
+        check_matmul_q8x(mma, 256, 16, 1, NULL, 1);
+        check_matmul_q8x(mma, 2048, 48, 8, NULL, 2);
+        check_matmul_q8x(mma, 32 * 264, 32, 17, NULL, 3);
+        check_matmul_q8x(mma, 1024 + 256, 16, 3, NULL, 4);
+        check_matmul_q8x(mma, 32 * 30, 32, 9, NULL, 5); /* rows 4-byte aligned */
+        check_matmul_q8x(mma, 32 * 67, 16, 5, NULL, 6); /* rows 2-byte aligned */
+        /* tiles of rows and tokens short */
+        check_matmul_q8x(mma, 2048, 200, 70, NULL, 7);
+        check_fused_tiles(mma, KK_Q8_0, 2048, 70, 0x6a, unit);
+        static const int widths[] = {256, 2048, 32 * 264, 32 * 30, 32 * 67};
+        for (size_t i = 0; i < sizeof widths / sizeof widths[0]; i++) {
+            struct mm_data d = mm_data_tiles(KK_Q8_0, widths[i], 17,
+                                             0x3a + i, unit);
+            check_same_bits_by_parts(mma, mma, 1, &d);
+            check_same_bits_by_parts(mma, mma, 3, &d);
+            check_same_bits_by_parts(first, mma, 17, &d);
+            mm_data_free(&d);
+            check_fused_tiles(mma, KK_Q8_0, widths[i], 1, 0x4a + i, unit);
+            check_fused_tiles(mma, KK_Q8_0, widths[i], 11, 0x5a + i, unit);
+        }
     }
 }
 

@@ -150,12 +150,14 @@ static int make_pipelines(struct vk_backend *be, struct kk_error *err)
                                be->matmul_dec[1], err)))
         return -1;
     be->has_mma = vk_device_has_int8_mma(be->dev);
-    if (be->has_mma &&
-        make_pipeline_arrays(be, "matmul_" VK_MATMUL_MMA_PREFIX "q8_0",
-                             MM_BINDINGS, matmul_bindings,
-                             sizeof(struct vk_push_matmul), &be->matmul_mma,
-                             err))
-        return -1;
+    for (int f = 0; be->has_mma && f < VK_MMA_FORMS; f++) {
+        char name[64];
+        vk_mma_shader_name(name, sizeof name, f);
+        if (make_pipeline_arrays(be, name, MM_BINDINGS, matmul_bindings,
+                                 sizeof(struct vk_push_matmul),
+                                 &be->matmul_mma[f], err))
+            return -1;
+    }
     /* Where invocations are a CPU's SIMD lanes (lavapipe) the integer forms
      * run 3x slower than the rowwise ones (llama256 Q8_0, decode 26 tok/s
      * against 88), and on narrow rows they do not pay (VK_QX_MIN_COLS):
@@ -316,7 +318,8 @@ static void vkb_free(struct backend *base)
     for (int k = 0; k < 2; k++)
         for (int i = 0; i < N_MATMUL; i++)
             vk_pipeline_free(be->dev, &be->matmul_dec[k][i]);
-    vk_pipeline_free(be->dev, &be->matmul_mma);
+    for (int f = 0; f < VK_MMA_FORMS; f++)
+        vk_pipeline_free(be->dev, &be->matmul_mma[f]);
     for (int k = 0; k < 2; k++)
         for (int f = 0; f < VK_QX_FORMS; f++)
             vk_pipeline_free(be->dev, &be->matmul_qx[k][f]);

@@ -69,7 +69,7 @@ struct vk_backend {
     /* The int8 tile form of Q8_0, where the device has int8 tiles
      * (has_mma): prefill's batches of the matrices that fit it (mma_fits). */
     bool has_mma;
-    struct vk_pipeline matmul_mma;
+    struct vk_pipeline matmul_mma[VK_MMA_FORMS];
     /* The integer forms of Q8_0, plain and with the norm folded in, by
      * batch size (vk_qx_forms), where the device runs them (has_qx): the
      * Q8_0 products of normed x in batches of up to VK_QX_MAX_BATCH tokens

@@ -104,15 +104,44 @@ static uint32_t decode_workgroups(uint32_t sets)
     return wgs < VK_DECODE_MAX_WORKGROUPS ? wgs : VK_DECODE_MAX_WORKGROUPS;
 }
 
-/* Whether the int8 tile form takes these matrices: Q8_0 in whole 16-row
- * tiles (vk_shaders.h). */
-static bool mma_fits(const struct vk_backend *be, int count,
+/* The row tiles of the int8 tile form `form` over these matrices (MM_GATED:
+ * matrix 0's, each tile holding the same rows of both). */
+static int64_t mma_tiles(int form, uint32_t mode, int count,
+                         const struct weight *const *w)
+{
+    int64_t tiles = 0;
+    for (int m = 0; m < (mode == MM_GATED ? 1 : count); m++)
+        tiles += groups_of(w[m]->n_rows, vk_mma_rows[form]);
+    return tiles;
+}
+
+/* Whether the int8 tile forms take these matrices: Q8_0, in row tiles that
+ * the grid's y holds in every form (Vulkan's least
+ * maxComputeWorkGroupCount). */
+static bool mma_fits(const struct vk_backend *be, uint32_t mode, int count,
                      const struct weight *const *w)
 {
     bool fits = be->has_mma;
     for (int m = 0; m < count && fits; m++)
-        fits = w[m]->type == KK_Q8_0 && w[m]->n_rows % VK_MMA_ROWS == 0;
-    return fits;
+        fits = w[m]->type == KK_Q8_0;
+    return fits && mma_tiles(VK_MMA_FORMS - 1, mode, count, w) <= 65535;
+}
+
+/* The int8 tile form for a batch of n (vk_shaders.h): on rows of
+ * VK_MMA_WIDE_COLS or more the one of most rows a workgroup; on narrower
+ * rows the one of most rows whose grid keeps the GPU busy, else the one of
+ * fewest. */
+static int mma_form(uint32_t mode, int count, const struct weight *const *w,
+                    int n)
+{
+    const int64_t token_tiles = groups_of(n, VK_MMA_TOKENS);
+    if (w[0]->n_cols >= VK_MMA_WIDE_COLS)
+        return 0;
+    int f = 0;
+    while (f + 1 < VK_MMA_FORMS &&
+           token_tiles * mma_tiles(f, mode, count, w) < VK_MMA_BUSY)
+        f++;
+    return f;
 }
 
 /* Records one matmul dispatch over `count` matrices of one type and width
@@ -136,7 +165,8 @@ static void record_matmul(struct vk_backend *be, uint32_t mode, int count,
     const bool qx = qx_takes(be, count, w, n, normed);
     const int qf = vk_qx_form_of(n);
     const bool mma = !qx && !norm && n >= VK_MMA_MIN_TOKENS &&
-                     mma_fits(be, count, w);
+                     mma_fits(be, mode, count, w);
+    const int mf = mma ? mma_form(mode, count, w, n) : 0;
     const bool decode = !qx && be->has_decode_form && n == 1 &&
                         w[0]->n_rows >= VK_DECODE_MIN_ROWS;
     const int teams = decode ? 1
@@ -149,7 +179,7 @@ static void record_matmul(struct vk_backend *be, uint32_t mode, int count,
                                pc.n_cols, vk_device_subgroup_size(be->dev));
     const uint32_t per =
         qx    ? VK_QX_INVOCATIONS / pc.lanes * (uint32_t)vk_qx_forms[qf].rows
-        : mma ? VK_MMA_ROWS
+        : mma ? (uint32_t)vk_mma_rows[mf]
         : be->matmul_rowwise ? MM_ROWWISE_ROWS
                              : (uint32_t)(teams * (mode == MM_GATED
                                                        ? slots / 2
@@ -193,16 +223,16 @@ static void record_matmul(struct vk_backend *be, uint32_t mode, int count,
                  groups_of(n, vk_qx_forms[qf].tokens), 1);
         return;
     }
+    if (mma) {
+        dispatch(be, &be->matmul_mma[mf], bufs, &pc,
+                 groups_of(n, VK_MMA_TOKENS), groups, 1);
+        return;
+    }
     /* Row groups past the device's grid limit (a 256k-token vocabulary)
      * spill into z; the shader numbers groups x + z * groups_x. */
     uint32_t max_x = vk_device_max_groups_x(be->dev);
     uint32_t gz = (groups + max_x - 1) / max_x;
     uint32_t gx = (groups + gz - 1) / gz;
-    if (mma) {
-        dispatch(be, &be->matmul_mma, bufs, &pc, gx,
-                 groups_of(n, VK_MMA_TOKENS), gz);
-        return;
-    }
     dispatch(be, norm ? &be->matmul_norm[form][mi] : &be->matmul[form][mi],
              bufs, &pc, gx,
              groups_of(n, be->matmul_rowwise

@@ -107,6 +107,14 @@ const struct vk_qx_form vk_qx_forms[VK_QX_FORMS] = {
     {"8_", 8, 1, 8, 256},
     {"8r2_", 8, 2, VK_QX_MAX_BATCH, 256}};
 
+const int vk_mma_rows[VK_MMA_FORMS] = {64, 32, 16};
+
+void vk_mma_shader_name(char *name, size_t cap, int form)
+{
+    snprintf(name, cap, "matmul_" VK_MATMUL_MMA_PREFIX "%d_q8_0",
+             vk_mma_rows[form]);
+}
+
 int vk_qx_form_of(int n)
 {
     int f = 0;

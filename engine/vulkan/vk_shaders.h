@@ -120,23 +120,39 @@ enum { VK_DECODE_MIN_ROWS = 16384 };
  * workgroups, 133 in 8,016 (one set per subgroup). */
 enum { VK_DECODE_MAX_WORKGROUPS = 1024 };
 
-/* The int8 tile form, for devices that multiply int8 tiles of 16 x 8 x 32
- * per subgroup (vk_device_has_int8_mma): matmul_mma_q8_0, x quantized to
- * int8 per block of 32 as the CPU's Q8_0 x is. A workgroup takes
- * VK_MMA_ROWS rows (MM_GATED: of both matrices) and VK_MMA_TOKENS tokens:
- * grid (row groups numbered as above, n_tokens / VK_MMA_TOKENS rounded up,
- * z). It reads the weights as 16 x 32 tiles, so it takes only matrices of
- * whole tiles (backend_vulkan.c's mma_fits).
+/* The int8 tile forms, for devices that multiply int8 tiles of 16 x 8 x
+ * 32 per subgroup (vk_device_has_int8_mma): matmul_mma<rows>_q8_0, x
+ * quantized to int8 per block of 32 as the CPU's Q8_0 x is. A workgroup
+ * takes vk_mma_rows[form] rows (MM_GATED: of both matrices; the last tile
+ * of a matrix may be short) and VK_MMA_TOKENS tokens: grid (n_tokens /
+ * VK_MMA_TOKENS rounded up, row groups numbered as above, 1) — token tiles
+ * first, so that the tiles of one row tile run together and share its
+ * weights in L2. The forms differ only in which workgroup makes a sum, not
+ * in how, so they give a token the same bits (test_vk_ops). Rows of
+ * VK_MMA_WIDE_COLS or more take 64 rows a workgroup; narrower ones the
+ * form of most rows whose grid has VK_MMA_BUSY workgroups, else the last.
+ * Measured on the H200, prefill of 256 tokens: the 1B shape 17,956-18,129
+ * tok/s against 9,094-9,158 with the tiles of 16 rows by 8 tokens before
+ * (after 4,096 positions 11,642 against 7,182), and 15,792-15,824 when its
+ * o, down and q/k/v products took 32 rows for a busier grid (14,265-14,326
+ * all in 32, 8,801-8,892 in 16): on long rows more workgroups only repeat
+ * the staging of x. The default model (384 columns) 125,100-126,706 in
+ * 16 or 32 rows against 117,748-118,959 in 64 (a build staging 4 blocks
+ * in one stage).
  *
  * It takes prefill's batches only (VK_MMA_MIN_TOKENS and more; a verify
  * block has at most 17 rows): a token's bits there differ from the other
  * forms' (x quantized), and a verified token must get the bits of the same
- * token decoded. Measured on the H200 (1B shape, Q8_0): prefill 8,656
- * tok/s against 4,520; every batch size in it would verify 8 tokens for
- * 1.11 decode steps, but decoding took 2.41 ms a token against 1.45 (a
- * 16-row tile quantizes its x for only 16 rows). */
-#define VK_MATMUL_MMA_PREFIX "mma_"
-enum { VK_MMA_ROWS = 16, VK_MMA_TOKENS = 8, VK_MMA_MIN_TOKENS = 32 };
+ * token decoded. (In the form of 16 rows by 8 tokens that came before,
+ * every batch size would have verified 8 tokens for 1.11 decode steps on
+ * the 1B shape, but decoding took 2.41 ms a token against 1.45.) */
+#define VK_MATMUL_MMA_PREFIX "mma"
+enum { VK_MMA_FORMS = 3, VK_MMA_TOKENS = 64, VK_MMA_MIN_TOKENS = 32,
+       VK_MMA_BUSY = 256, VK_MMA_WIDE_COLS = 1024 };
+/* Rows a workgroup of each form (the Makefile's -DMMA_BANDS=rows/16). */
+extern const int vk_mma_rows[VK_MMA_FORMS];
+/* The form's shader name, matmul_mma<rows>_q8_0, into name (cap bytes). */
+void vk_mma_shader_name(char *name, size_t cap, int form);
 
 /* The integer forms of Q8_0, for devices with packed int8 dot products
  * (vk_device_has_int_dot): matmul_qx1_q8_0, matmul_qx4_q8_0,
