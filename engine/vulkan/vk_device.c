@@ -246,7 +246,7 @@ struct device_facts {
      * (minSubgroupSize < maxSubgroupSize), a shader cannot count on the
      * width the device reports. */
     uint32_t fixed_subgroup_size;
-    /* Clustered subgroup operations in compute shaders (matmul_mma_q8_0's
+    /* Clustered subgroup operations in compute shaders (the matmul_mma forms'
      * amax of 4 lanes), and shuffles (the matmul_qx forms' sums of 8). */
     bool has_clustered, has_shuffle;
 };
@@ -480,7 +480,7 @@ static int device_functions(struct vk_device *d, struct kk_error *err)
 }
 
 /* Whether d's chosen device lists int8 x int8 -> int32 cooperative matrix
- * products of 16 x 8 x 32 per subgroup (matmul_mma_q8_0's shape). */
+ * products of 16 x 8 x 32 per subgroup (the matmul_mma forms' shape). */
 static bool lists_int8_tiles(const struct vk_device *d)
 {
     uint32_t n = 0;
@@ -509,7 +509,7 @@ static bool lists_int8_tiles(const struct vk_device *d)
     return found;
 }
 
-/* Whether matmul_mma_q8_0 can run on d's chosen device: its int8 tiles
+/* Whether the matmul_mma forms can run on d's chosen device: int8 tiles
  * (VK_NV_cooperative_matrix), int8 in storage buffers and shared memory,
  * the Vulkan memory model, clustered subgroup operations, and subgroups
  * all 32 wide. If so, features12 and coop hold what to enable. */
