@@ -1131,7 +1131,8 @@ void mma_put(mma_stage st, const bool gated, uint s, uint g, uint i, uint h)
     }
     if (i >= MMA_ROWS)
         return;
-    const uint wa = (s * 2u * MMA_ROWS + i) * MMA_STRIDE + g * MMA_WORDS + 2u * h;
+    const uint wa =
+        (s * 2u * MMA_ROWS + i) * MMA_STRIDE + g * MMA_WORDS + 2u * h;
     mma_wq[wa] = st.qa0;
     mma_wq[wa + 1u] = st.qa1;
     if (gated) {
@@ -1198,7 +1199,8 @@ void mma_sums(uint ma, uint mb, const bool gated, uint r0, uint rows, uint t0,
               uint nt, CTILE e, out float a[MMA_J * MMA_LEN],
               out float u[MMA_J * MMA_LEN])
 {
-    const uint i = gl_LocalInvocationID.x >> 2u, h = gl_LocalInvocationID.x & 3u;
+    const uint i = gl_LocalInvocationID.x >> 2u;
+    const uint h = gl_LocalInvocationID.x & 3u;
     const uint band = gl_SubgroupID % MMA_BANDS;
     const uint side = gl_SubgroupID / MMA_BANDS;
     const uint nb = pc.n_cols / 32u;

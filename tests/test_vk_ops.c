@@ -2021,9 +2021,11 @@ static void check_same_bits_normed(const char *batched, const char *part,
     const int n_cols = d->n_cols;
     for (int i = 0; i < N_MM_MODES; i++) {
         const struct mm_mode *md = &mm_modes[i];
-        /* outputs of up to 9 tiles of the int8 tile forms' rows */
-        static float batch[MM_MAX_MATS][TOKENS * 9 * 64],
-            some[MM_MAX_MATS][TOKENS * 9 * 64];
+        /* outputs of up to 9 tiles of the int8 tile forms' rows (64 at
+         * most: vk_mma_rows) */
+        enum { MOST_ROWS = 9 * 64 };
+        static float batch[MM_MAX_MATS][TOKENS * MOST_ROWS],
+            some[MM_MAX_MATS][TOKENS * MOST_ROWS];
         float *bp[MM_MAX_MATS], *sp[MM_MAX_MATS];
         for (int m = 0; m < MM_MAX_MATS; m++) {
             memset(batch[m], 0, sizeof batch[m]);
@@ -2307,9 +2309,10 @@ static void test_matmul_mma_forms_agree_with_the_cpu_and_themselves(
         check_matmul_q8x(mma, 2048, 48, 8, NULL, 2);
         check_matmul_q8x(mma, 32 * 264, 32, 17, NULL, 3);
         check_matmul_q8x(mma, 1024 + 256, 16, 3, NULL, 4);
-        check_matmul_q8x(mma, 32 * 30, 32, 9, NULL, 5); /* rows 4-byte aligned */
-        check_matmul_q8x(mma, 32 * 67, 16, 5, NULL, 6); /* rows 2-byte aligned */
-        /* tiles of rows and tokens short */
+        /* rows 4-byte aligned, then 2-byte aligned */
+        check_matmul_q8x(mma, 32 * 30, 32, 9, NULL, 5);
+        check_matmul_q8x(mma, 32 * 67, 16, 5, NULL, 6);
+        /* tiles of rows and of tokens short, two tiles of tokens */
         check_matmul_q8x(mma, 2048, 200, 70, NULL, 7);
         check_fused_tiles(mma, KK_Q8_0, 2048, 70, 0x6a, unit);
         static const int widths[] = {256, 2048, 32 * 264, 32 * 30, 32 * 67};
