@@ -134,9 +134,9 @@ static bool mma_fits(const struct vk_backend *be, uint32_t mode, int count,
 static int mma_form(uint32_t mode, int count, const struct weight *const *w,
                     int n)
 {
-    const int64_t token_tiles = groups_of(n, VK_MMA_TOKENS);
     if (w[0]->n_cols >= VK_MMA_WIDE_COLS)
         return 0;
+    const int64_t token_tiles = groups_of(n, VK_MMA_TOKENS);
     int f = 0;
     while (f + 1 < VK_MMA_FORMS &&
            token_tiles * mma_tiles(f, mode, count, w) < VK_MMA_BUSY)
