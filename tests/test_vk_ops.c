@@ -2097,6 +2097,10 @@ static void test_matmul_gives_a_token_the_same_bits_alone_and_in_a_batch(
             check_same_bits_by_parts(gpu, small, vk_matmul_forms[f].max_batch,
                                      &d);
         }
+        /* the one-token form also takes short batches, a y-group a token */
+        snprintf(small, sizeof small, "matmul_%s%s", vk_matmul_forms[0].prefix,
+                 cases[c].name);
+        check_same_bits_by_parts(gpu, small, VK_ONE_MAX_BATCH, &d);
         if (has_decode_forms()) {
             snprintf(small, sizeof small, "matmul_%s%s",
                      VK_MATMUL_DECODE_PREFIX, cases[c].name);

@@ -22,10 +22,15 @@ int vkb_matmul_index(uint32_t type)
     return -1;
 }
 
-/* The form (index into be->matmul) that multiplies a batch of n tokens:
- * on a GPU the smallest that holds it (same bits, fewer partial sums). */
-static int matmul_form(const struct vk_backend *be, int n)
+/* The form (index into be->matmul) that multiplies a batch of n tokens by
+ * a matrix of `rows` rows: on a GPU the smallest that holds it (same bits,
+ * fewer partial sums), or the one-token form in y-groups of one for short
+ * batches of a layer's matrices (VK_ONE_MAX_BATCH). */
+static int matmul_form(const struct vk_backend *be, int n, int64_t rows)
 {
+    if (!be->matmul_rowwise && n <= VK_ONE_MAX_BATCH &&
+        rows < VK_DECODE_MIN_ROWS)
+        return 0;
     int f = 0;
     while (!be->matmul_rowwise && f + 1 < N_GPU_FORMS &&
            n > vk_matmul_forms[f].max_batch)
@@ -86,7 +91,9 @@ static const struct be_tensor *matmul_input(struct vk_backend *be,
     for (int m = 0; m < count; m++)
         qx += qx_takes(be, 1, &w[m], n, true);
     if (qx == count ||
-        (qx == 0 && be->has_norm_form[matmul_form(be, n)])) {
+        /* (the form by w[0]'s rows: for another matrix of the call it may
+         * be the 4-token form instead, which folds a norm as well) */
+        (qx == 0 && be->has_norm_form[matmul_form(be, n, w[0]->n_rows)])) {
         *fold = norm;
         return x;
     }
@@ -155,7 +162,8 @@ static void record_matmul(struct vk_backend *be, uint32_t mode, int count,
                           const struct be_norm *norm, bool normed, int n,
                           struct be_tensor *const *y, bool use_gelu)
 {
-    const int mi = vkb_matmul_index(w[0]->type), form = matmul_form(be, n);
+    const int mi = vkb_matmul_index(w[0]->type);
+    const int form = matmul_form(be, n, w[0]->n_rows);
     struct vk_push_matmul pc = {.n_cols = (uint32_t)w[0]->n_cols,
                                 .row_bytes = (uint32_t)w[0]->row_bytes,
                                 .n_tokens = (uint32_t)n, .mode = mode,

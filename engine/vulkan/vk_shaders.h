@@ -99,6 +99,18 @@ struct vk_matmul_form {
 #define VK_MATMUL_ROWS_NORM_PREFIX "rows_norm_"
 enum { VK_MATMUL_FORMS = 5 };
 extern const struct vk_matmul_form vk_matmul_forms[VK_MATMUL_FORMS];
+/* The one-token form (the first) also takes batches of up to
+ * VK_ONE_MAX_BATCH tokens, one y-group each, of matrices under
+ * VK_DECODE_MIN_ROWS rows: each y-group reads the weights again, which a
+ * layer's matrix serves from L2 and a vocabulary's from memory. On the
+ * H200 (1B shape, tools/vk_profile/eval_blocks.c, 1,000 passes after 256
+ * positions, two rounds) a block of 2 took 1.269-1.301 ms against
+ * 1.398-1.407 in the 4-token form (the o and down products 13.2 us against
+ * 16.4: 512 workgroups instead of 128); up to 3 and 4, blocks of 3 took
+ * 1.395-1.432 against 1.423-1.426 and of 4 1.554-1.555 against
+ * 1.492-1.514. The integer forms did not gain so (a block of 2 in the
+ * one-token integer form: 1.320-1.343). */
+enum { VK_ONE_MAX_BATCH = 2 };
 
 /* The decode forms for devices whose subgroups are all VK_DECODE_SUBGROUP
  * wide (vk_device_subgroup_size): matmul_dec_<t> and matmul_dec_norm_<t>,
