@@ -28,12 +28,11 @@ int vkb_matmul_index(uint32_t type)
  * batches of a layer's matrices (VK_ONE_MAX_BATCH). */
 static int matmul_form(const struct vk_backend *be, int n, int64_t rows)
 {
-    if (!be->matmul_rowwise && n <= VK_ONE_MAX_BATCH &&
-        rows < VK_DECODE_MIN_ROWS)
+    if (be->matmul_rowwise ||
+        (n <= VK_ONE_MAX_BATCH && rows < VK_DECODE_MIN_ROWS))
         return 0;
     int f = 0;
-    while (!be->matmul_rowwise && f + 1 < N_GPU_FORMS &&
-           n > vk_matmul_forms[f].max_batch)
+    while (f + 1 < N_GPU_FORMS && n > vk_matmul_forms[f].max_batch)
         f++;
     return f;
 }
