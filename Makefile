@@ -66,7 +66,7 @@ $(BUILD)/%.o: %.c
 # ---- shaders: GLSL -> SPIR-V (glslc) -> linked into the binary ----
 # matmul.comp is compiled eleven times per weight type: for GPUs matmul_<t>
 # (batches of 16 tokens), matmul_t8_<t>, matmul_t8s2_<t> and matmul_t4_<t>
-# (up to 16, 8 and 4: verify blocks; t8s2 on 2 rows a team) and
+# (up to 16, 8 and 4: verify blocks; t8s2 and t4 on 2 rows a team) and
 # matmul_one_<t> (decode); matmul_rows_<t> for CPU
 # devices; matmul_one_norm_<t>, matmul_t4_norm_<t> and matmul_rows_norm_<t>
 # as those forms with the RMSNorm of their input folded in; matmul_dec_<t>
@@ -116,7 +116,7 @@ $(BUILD)/shaders/matmul_rows_norm_%.spv: shaders/matmul.comp $(wildcard shaders/
 # match). MATMUL_DEFS_ is the 16-token form's.
 MATMUL_DEFS_one_ := -DMM_NT=1 -DMM_PAIR
 MATMUL_DEFS_one_norm_ := -DMM_NT=1 -DMM_TEAMS=2 -DMM_XT=1 -DMM_NORM
-MATMUL_DEFS_t4_ := -DMM_NT=4 -DMM_TEAMS=4 -DMM_XT=4
+MATMUL_DEFS_t4_ := -DMM_NT=4 -DMM_TEAMS=4 -DMM_XT=4 -DMM_NS=2
 MATMUL_DEFS_t8_ := -DMM_NT=8 -DMM_TEAMS=4 -DMM_XT=4
 MATMUL_DEFS_t8s2_ := $(MATMUL_DEFS_t8_) -DMM_NS=2
 MATMUL_DEFS_t4_norm_ := $(MATMUL_DEFS_t4_) -DMM_NORM

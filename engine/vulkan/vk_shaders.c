@@ -73,10 +73,19 @@ const struct vk_spirv *vk_shader_find(const char *name)
  * 4.03-4.04 against 3.34-3.39 (twice the workgroups, each staging its own
  * x), so those keep 4 rows a team. Tiles of 8 tokens (-DMM_XT=8, 32 KiB)
  * gave 2.31-2.32 ms at 8 tokens and 3.75 at 16 (204 registers), and both
- * together 2.45-2.46 and 4.06. */
+ * together 2.45-2.46 and 4.06.
+ *
+ * The 4-token form (blocks of 3 and 4) is on 2 rows a team for the same
+ * reason: o and down in 256 workgroups instead of 128. On the H200, two
+ * rounds each in two calls, verifying 4 tokens of the default model took
+ * 0.551-0.569 ms against 0.641-0.656 (3 tokens 0.542-0.567 against
+ * 0.628-0.639), of the 1B shape 1.466-1.495 against 1.495-1.539. The same
+ * form in 2 teams of 2 rows (512 workgroups, each staging x for 4 rows)
+ * took 1.83-1.84 ms for 4 tokens of the 1B shape, and t8s2 so 2.88-2.90
+ * for 8. */
 const struct vk_matmul_form vk_matmul_forms[VK_MATMUL_FORMS] = {
     {"one_", 1, 1, 1, MM_SLOTS, "one_norm_", 2},
-    {"t4_", 4, 4, 4, MM_SLOTS, "t4_norm_", 4},
+    {"t4_", 4, 4, 4, 2, "t4_norm_", 4},
     {"t8s2_", 8, 8, 4, 2, NULL, 0},
     {"t8_", 8, 16, 4, MM_SLOTS, NULL, 0},
     {"", MM_TOKENS, INT_MAX, 1, MM_SLOTS, NULL, 0}};
