@@ -1989,13 +1989,15 @@ static void test_matmul_fused_forms_give_the_bits_of_separate_ops(
     (void)state;
     REQUIRE_DEVICE();
     /* every GPU form (vk_matmul_forms), then the rowwise one; the
-     * batched forms take 17 tokens, the small-batch ones their most */
+     * batched forms take 17 tokens, the small-batch ones their most (the
+     * 4-token form more: batches of small products, in y-groups) */
     for (int f = 0; f <= VK_MATMUL_FORMS; f++) {
         const bool rows = f == VK_MATMUL_FORMS;
         const char *prefix = rows ? "rows_" : vk_matmul_forms[f].prefix;
         const int most = rows || f == VK_MATMUL_FORMS - 1
                              ? 17 : vk_matmul_forms[f].max_batch;
-        const int more = most, some = most < 5 ? most : 5;
+        const int more = f == VK_FORM_T4 ? VK_SMALL_MAX_BATCH : most,
+                  some = most < 5 ? most : 5;
         char q8[64], f16[64], q4k[64];
         snprintf(q8, sizeof q8, "matmul_%sq8_0", prefix);
         snprintf(f16, sizeof f16, "matmul_%sf16", prefix);
@@ -2101,6 +2103,11 @@ static void test_matmul_gives_a_token_the_same_bits_alone_and_in_a_batch(
         snprintf(small, sizeof small, "matmul_%s%s", vk_matmul_forms[0].prefix,
                  cases[c].name);
         check_same_bits_by_parts(gpu, small, VK_ONE_MAX_BATCH, &d);
+        /* and the 4-token form batches of small products, in y-groups */
+        snprintf(small, sizeof small, "matmul_%s%s",
+                 vk_matmul_forms[VK_FORM_T4].prefix, cases[c].name);
+        assert_int_equal(vk_matmul_forms[VK_FORM_T4].max_tokens, 4);
+        check_same_bits_by_parts(gpu, small, VK_SMALL_MAX_BATCH, &d);
         if (has_decode_forms()) {
             snprintf(small, sizeof small, "matmul_%s%s",
                      VK_MATMUL_DECODE_PREFIX, cases[c].name);

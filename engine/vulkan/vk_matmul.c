@@ -22,22 +22,6 @@ int vkb_matmul_index(uint32_t type)
     return -1;
 }
 
-/* The form (index into be->matmul) that multiplies a batch of n tokens by
- * a matrix of `rows` rows: on a GPU the smallest that holds it (same bits,
- * fewer partial sums), or the one-token form in y-groups of one for short
- * batches of a layer's matrices (VK_ONE_MAX_BATCH). */
-static int matmul_form(const struct vk_backend *be, int n, int64_t rows)
-{
-    if (be->matmul_rowwise ||
-        (n <= VK_ONE_MAX_BATCH && rows < VK_DECODE_MIN_ROWS))
-        return 0;
-    int f = 0;
-    while (f + 1 < N_GPU_FORMS && n > vk_matmul_forms[f].max_batch)
-        f++;
-    return f;
-}
-
-
 /* The rows of `count` matrices together. */
 static int64_t rows_of(int count, const struct weight *const *w)
 {
@@ -45,6 +29,38 @@ static int64_t rows_of(int count, const struct weight *const *w)
     for (int m = 0; m < count; m++)
         rows += w[m]->n_rows;
     return rows;
+}
+
+/* The bytes of `count` matrices together. */
+static int64_t bytes_of(int count, const struct weight *const *w)
+{
+    int64_t bytes = 0;
+    for (int m = 0; m < count; m++)
+        bytes += w[m]->n_rows * (int64_t)w[m]->row_bytes;
+    return bytes;
+}
+
+/* The form (index into be->matmul) that multiplies a batch of n tokens by
+ * the `count` matrices w: on a GPU the smallest that holds it (same bits,
+ * fewer partial sums); but the one-token form, a y-group a token, for
+ * short batches of a layer's matrices (VK_ONE_MAX_BATCH), and the 4-token
+ * form, in y-groups, for batches of small products (VK_SMALL_MAX_BATCH). */
+static int matmul_form(const struct vk_backend *be, int n, int count,
+                       const struct weight *const *w)
+{
+    if (be->matmul_rowwise ||
+        (n <= VK_ONE_MAX_BATCH && w[0]->n_rows < VK_DECODE_MIN_ROWS))
+        return 0;
+    int f = 0;
+    while (f + 1 < N_GPU_FORMS && n > vk_matmul_forms[f].max_batch)
+        f++;
+    /* the y-groups after the first read the weights again */
+    const int64_t again =
+        groups_of(n, vk_matmul_forms[VK_FORM_T4].max_tokens) - 1;
+    if (f > VK_FORM_T4 && n <= VK_SMALL_MAX_BATCH &&
+        bytes_of(count, w) * again < VK_SMALL_EXTRA_BYTES)
+        return VK_FORM_T4;
+    return f;
 }
 
 /* Whether the integer forms take these matrices in a batch of n, where
@@ -90,9 +106,10 @@ static const struct be_tensor *matmul_input(struct vk_backend *be,
     for (int m = 0; m < count; m++)
         qx += qx_takes(be, 1, &w[m], n, true);
     if (qx == count ||
-        /* (the form by w[0]'s rows: for another matrix of the call it may
-         * be the 4-token form instead, which folds a norm as well) */
-        (qx == 0 && be->has_norm_form[matmul_form(be, n, w[0]->n_rows)])) {
+        /* (the form of the whole call: a part of it, a type of its own,
+         * takes that form or the one-token or 4-token one, both of which
+         * fold a norm as well) */
+        (qx == 0 && be->has_norm_form[matmul_form(be, n, count, w)])) {
         *fold = norm;
         return x;
     }
@@ -162,7 +179,7 @@ static void record_matmul(struct vk_backend *be, uint32_t mode, int count,
                           struct be_tensor *const *y, bool use_gelu)
 {
     const int mi = vkb_matmul_index(w[0]->type);
-    const int form = matmul_form(be, n, w[0]->n_rows);
+    const int form = matmul_form(be, n, count, w);
     struct vk_push_matmul pc = {.n_cols = (uint32_t)w[0]->n_cols,
                                 .row_bytes = (uint32_t)w[0]->row_bytes,
                                 .n_tokens = (uint32_t)n, .mode = mode,

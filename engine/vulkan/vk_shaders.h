@@ -99,6 +99,8 @@ struct vk_matmul_form {
 #define VK_MATMUL_ROWS_NORM_PREFIX "rows_norm_"
 enum { VK_MATMUL_FORMS = 5 };
 extern const struct vk_matmul_form vk_matmul_forms[VK_MATMUL_FORMS];
+/* The 4-token form's place in vk_matmul_forms (the one-token form's is 0). */
+enum { VK_FORM_T4 = 1 };
 /* The one-token form (the first) also takes batches of up to
  * VK_ONE_MAX_BATCH tokens, one y-group each, of matrices under
  * VK_DECODE_MIN_ROWS rows: each y-group reads the weights again, which a
@@ -111,6 +113,20 @@ extern const struct vk_matmul_form vk_matmul_forms[VK_MATMUL_FORMS];
  * 1.492-1.514. The integer forms did not gain so (a block of 2 in the
  * one-token integer form: 1.320-1.343). */
 enum { VK_ONE_MAX_BATCH = 2 };
+/* Batches of up to VK_SMALL_MAX_BATCH tokens take the 4-token form, in
+ * y-groups of 4, rather than a form of more tokens a workgroup, where the
+ * weights (all the call's matrices) read again by the y-groups after the
+ * first come to less than VK_SMALL_EXTRA_BYTES: small matrices leave the
+ * forms of more tokens few workgroups (48 for the default model's o and
+ * down in t8s2), and reading them again from L2 costs little. On the H200
+ * (two rounds, one call) the default model verified 8 tokens in 0.645 ms
+ * against 0.722 and 12 in 0.742 against 0.891-0.893, smollm2-360m's shape
+ * 8 in 2.316-2.319 against 2.413-2.417 (q/k/v, o and down in y-groups;
+ * with o alone, 1 MiB, 2.407-2.413) and 12 in 3.233-3.238 against
+ * 3.281-3.283. Up to 16 the default model took 16 tokens in 0.866 against
+ * 0.931-0.934 but smollm2-360m's 3.521-3.522 against 3.449-3.450 (o in 4
+ * y-groups), so 12. No matrix of the 1B shape is this small. */
+enum { VK_SMALL_EXTRA_BYTES = 3 << 20, VK_SMALL_MAX_BATCH = 12 };
 
 /* The decode forms for devices whose subgroups are all VK_DECODE_SUBGROUP
  * wide (vk_device_subgroup_size): matmul_dec_<t> and matmul_dec_norm_<t>,
