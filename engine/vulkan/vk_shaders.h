@@ -122,10 +122,11 @@ enum { VK_ONE_MAX_BATCH = 2 };
  * (two rounds, one call) the default model verified 8 tokens in 0.645 ms
  * against 0.722 and 12 in 0.742 against 0.891-0.893, smollm2-360m's shape
  * 8 in 2.316-2.319 against 2.413-2.417 (q/k/v, o and down in y-groups;
- * with o alone, 1 MiB, 2.407-2.413) and 12 in 3.233-3.238 against
- * 3.281-3.283. Up to 16 the default model took 16 tokens in 0.866 against
- * 0.931-0.934 but smollm2-360m's 3.521-3.522 against 3.449-3.450 (o in 4
- * y-groups), so 12. No matrix of the 1B shape is this small. */
+ * with o alone, under 1 MiB, 2.407-2.413 against 2.423-2.467 in another
+ * call) and 12 in 3.233-3.238 against 3.281-3.283. Up to 16 the default
+ * model took 16 tokens in 0.866 against 0.931-0.934 but smollm2-360m's
+ * 3.521-3.522 against 3.449-3.450 (o in 4 y-groups), so 12. No matrix of
+ * the 1B shape is this small. */
 enum { VK_SMALL_EXTRA_BYTES = 3 << 20, VK_SMALL_MAX_BATCH = 12 };
 
 /* The decode forms for devices whose subgroups are all VK_DECODE_SUBGROUP
