@@ -40,11 +40,24 @@ static int64_t bytes_of(int count, const struct weight *const *w)
     return bytes;
 }
 
+/* Whether a batch of n tokens of the `count` matrices w is one of small
+ * products that the 4-token form takes in y-groups (VK_SMALL_MAX_BATCH):
+ * the weights that the y-groups after the first read again come to less
+ * than VK_SMALL_EXTRA_BYTES. */
+static bool small_product(int n, int count, const struct weight *const *w)
+{
+    if (n > VK_SMALL_MAX_BATCH)
+        return false;
+    const int64_t again =
+        groups_of(n, vk_matmul_forms[VK_FORM_T4].max_tokens) - 1;
+    return bytes_of(count, w) * again < VK_SMALL_EXTRA_BYTES;
+}
+
 /* The form (index into be->matmul) that multiplies a batch of n tokens by
  * the `count` matrices w: on a GPU the smallest that holds it (same bits,
  * fewer partial sums); but the one-token form, a y-group a token, for
  * short batches of a layer's matrices (VK_ONE_MAX_BATCH), and the 4-token
- * form, in y-groups, for batches of small products (VK_SMALL_MAX_BATCH). */
+ * form, in y-groups, for batches of small products. */
 static int matmul_form(const struct vk_backend *be, int n, int count,
                        const struct weight *const *w)
 {
@@ -54,13 +67,7 @@ static int matmul_form(const struct vk_backend *be, int n, int count,
     int f = 0;
     while (f + 1 < N_GPU_FORMS && n > vk_matmul_forms[f].max_batch)
         f++;
-    /* the y-groups after the first read the weights again */
-    const int64_t again =
-        groups_of(n, vk_matmul_forms[VK_FORM_T4].max_tokens) - 1;
-    if (f > VK_FORM_T4 && n <= VK_SMALL_MAX_BATCH &&
-        bytes_of(count, w) * again < VK_SMALL_EXTRA_BYTES)
-        return VK_FORM_T4;
-    return f;
+    return f > VK_FORM_T4 && small_product(n, count, w) ? VK_FORM_T4 : f;
 }
 
 /* Whether the integer forms take these matrices in a batch of n, where
