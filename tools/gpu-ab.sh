@@ -17,7 +17,9 @@
 # bin/NAME for VARIANTS to name:
 #   EXTRA_REVS  NAME=REV: further revisions (say, commits on a throwaway
 #               branch), each built clean in a scratch worktree as the
-#               base is; the safe way to compare variants of a shader
+#               base is; the safe way to compare variants of a shader.
+#               Each revision's test_vk_ops comes along as
+#               bin/test_vk_ops-NAME, the base's as test_vk_ops-kakeya-base
 #   EXTRA_BINS  NAME=PATH: kakeya binaries built elsewhere, as they are
 #               (a copied build/ directory keeps the shaders it was built
 #               with unless they are rebuilt)
@@ -33,9 +35,11 @@
 #             every round benchmarks every variant on each
 #   BANDWIDTH the GPU's bandwidth in GB/s, for the roofline (default 4800)
 #   BENCH_ARGS further arguments for every bench (e.g. "--context 4096")
-#   TESTS=1   run test_vk_ops on the GPU first; with KK_TEST_FILTER (a
-#             cmocka pattern, say "test_sample*") only the tests it names
-#             (test_vk_ops takes over 90 s on the H200)
+#   TESTS=1   run test_vk_ops on the GPU first, this tree's and each
+#             revision's (a variant's shaders are checked by its own
+#             tests); with KK_TEST_FILTER (a cmocka pattern, say
+#             "test_sample*") only the tests it names (all of test_vk_ops
+#             takes over 90 s on the H200)
 #   PROFILE   variants (as VARIANTS) to time per dispatch afterwards
 #             (KAKEYA_VK_PROFILE=1, a --quick bench on the first model)
 #   OUT       where the reports go (default /tmp/gpu-ab); they are packed
@@ -50,9 +54,10 @@ cd "$(dirname "$0")/.."
 . tools/gpu-common.sh
 KIT=.gpu-ab
 
-# Builds REV's kakeya in a scratch worktree and copies it to DEST: a clean
-# build, so nothing of this tree's build/ (shaders compiled from other
-# sources) comes along.
+# Builds REV's kakeya and test_vk_ops in a scratch worktree and copies
+# them to DEST and test_vk_ops-NAME beside it (NAME: DEST's file name): a
+# clean build, so nothing of this tree's build/ (shaders compiled from
+# other sources) comes along.
 build_rev() { # REV DEST
     local scratch ok=1
     scratch=$(mktemp -d)
@@ -62,8 +67,10 @@ build_rev() { # REV DEST
         return 1
     fi
     if make -C "$scratch/tree" -j"$(nproc)" build/kakeya \
-        > "$scratch/build.log" 2>&1; then
-        cp "$scratch/tree/build/kakeya" "$2" || ok=0
+        build/tests/test_vk_ops > "$scratch/build.log" 2>&1; then
+        cp "$scratch/tree/build/kakeya" "$2" &&
+            cp "$scratch/tree/build/tests/test_vk_ops" \
+                "$(dirname "$2")/test_vk_ops-$(basename "$2")" || ok=0
     else
         echo "gpu-ab: $1 does not build:" >&2
         tail -n 20 "$scratch/build.log" >&2
@@ -149,8 +156,12 @@ run() {
     gpu_unpack_kit "$KIT/kit.tar.xz" /tmp/kk-ab || return 1
     gpu_use_nvidia_icd
     if [ -n "${TESTS:-}" ]; then
-        /tmp/kk-ab/bin/test_vk_ops > "$out/test_vk_ops.txt" 2>&1
-        echo "test_vk_ops rc=$?: $(tail -n 1 "$out/test_vk_ops.txt")"
+        local t
+        for t in /tmp/kk-ab/bin/test_vk_ops /tmp/kk-ab/bin/test_vk_ops-*; do
+            [ -x "$t" ] || continue
+            "$t" > "$out/$(basename "$t").txt" 2>&1
+            echo "$(basename "$t") rc=$?: $(tail -n 1 "$out/$(basename "$t").txt")"
+        done
     fi
     local files=() m
     for m in ${MODELS:-llama3.2-1b}; do
