@@ -37,9 +37,10 @@
 #   BENCH_ARGS further arguments for every bench (e.g. "--context 4096")
 #   TESTS=1   run test_vk_ops on the GPU first, this tree's and each
 #             revision's (a variant's shaders are checked by its own
-#             tests); with KK_TEST_FILTER (a cmocka pattern, say
+#             tests; an EXTRA_BINS entry named test_vk_ops-NAME is run
+#             too); with KK_TEST_FILTER (a cmocka pattern, say
 #             "test_sample*") only the tests it names (all of test_vk_ops
-#             takes over 90 s on the H200)
+#             takes over 90 s on the H200, once per binary)
 #   PROFILE   variants (as VARIANTS) to time per dispatch afterwards
 #             (KAKEYA_VK_PROFILE=1, a --quick bench on the first model)
 #   OUT       where the reports go (default /tmp/gpu-ab); they are packed
@@ -156,11 +157,12 @@ run() {
     gpu_unpack_kit "$KIT/kit.tar.xz" /tmp/kk-ab || return 1
     gpu_use_nvidia_icd
     if [ -n "${TESTS:-}" ]; then
-        local t
+        local t name
         for t in /tmp/kk-ab/bin/test_vk_ops /tmp/kk-ab/bin/test_vk_ops-*; do
             [ -x "$t" ] || continue
-            "$t" > "$out/$(basename "$t").txt" 2>&1
-            echo "$(basename "$t") rc=$?: $(tail -n 1 "$out/$(basename "$t").txt")"
+            name=$(basename "$t")
+            "$t" > "$out/$name.txt" 2>&1
+            echo "$name rc=$?: $(tail -n 1 "$out/$name.txt")"
         done
     fi
     local files=() m
