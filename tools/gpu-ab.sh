@@ -43,6 +43,12 @@
 #             takes over 90 s on the H200, once per binary)
 #   PROFILE   variants (as VARIANTS) to time per dispatch afterwards
 #             (KAKEYA_VK_PROFILE=1, a --quick bench on the first model)
+#   STATS     with PROFILE: a pattern (grep -E) of pipelines whose driver
+#             statistics (registers, spills as local memory, shared
+#             memory) each profile prints too, e.g. "matmul_chain|
+#             matmul_one"; a variant's register count is often the first
+#             thing to know, and the profiles' files are deleted once
+#             packed into all.tgz
 #   OUT       where the reports go (default /tmp/gpu-ab); they are packed
 #             into OUT/all.tgz, since a device call brings back few files
 #
@@ -197,6 +203,8 @@ run() {
             --backend vulkan --quick > /dev/null 2> "$out/profile-$name.err"
         echo "== $name"
         grep -E "^  [a-z]" "$out/profile-$name.err" | grep -v "host\|stats"
+        [ -z "${STATS:-}" ] ||
+            grep -E "^  stats ($STATS)" "$out/profile-$name.err" | sort -u
     done
     tar -C "$out" --exclude=all.tgz -czf /tmp/gpu-ab-all.tgz . &&
         mv /tmp/gpu-ab-all.tgz "$out/all.tgz" &&
