@@ -45,10 +45,10 @@
 #             (KAKEYA_VK_PROFILE=1, a --quick bench on the first model)
 #   STATS     with PROFILE: a pattern (grep -E) of pipelines whose driver
 #             statistics (registers, spills as local memory, shared
-#             memory) each profile prints too, e.g. "matmul_chain|
-#             matmul_one"; a variant's register count is often the first
-#             thing to know, and the profiles' files are deleted once
-#             packed into all.tgz
+#             memory) each profile prints too, say
+#             STATS="matmul_chain|matmul_one": a variant's register count
+#             is often the first thing to know, and the profiles' files
+#             are deleted once packed into all.tgz
 #   OUT       where the reports go (default /tmp/gpu-ab); they are packed
 #             into OUT/all.tgz, since a device call brings back few files
 #
