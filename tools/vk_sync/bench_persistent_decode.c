@@ -4,11 +4,16 @@
  * attention over an f16 cache) as 5 phases a layer and the output matrix,
  * either one dispatch a phase with a pipeline barrier between them (as
  * kakeya's passes run) or all in one dispatch whose workgroups meet at a
- * grid-wide barrier. Not part of the build:
+ * grid-wide barrier. decode_fused.comp does it in 2 phases a layer, its
+ * products' partial sums added into the residual in fixed point;
+ * decode_stream3.comp is a pass of 3 phases a layer that only reads the
+ * bytes (the least such a pass can take). What they share is
+ * decode_pass.glsl. Not part of the build:
  *
  *   make build/libkakeya.a
- *   for s in decode_phases decode_fill; do glslc --target-env=vulkan1.1 \
- *       -O tools/vk_sync/$s.comp -o build/$s.spv; done
+ *   for s in decode_phases decode_fused decode_stream3 decode_fill; do
+ *       glslc --target-env=vulkan1.1 -O tools/vk_sync/$s.comp \
+ *           -o build/$s.spv; done
  *   gcc -std=c11 -D_GNU_SOURCE -O2 -Iengine -Iengine/vulkan \
  *       tools/vk_sync/bench_persistent_decode.c build/libkakeya.a -lm -ldl \
  *       -lpthread -o build/bench_persistent_decode
@@ -19,6 +24,14 @@
  *   d, ff, heads, kv, layers, vocab, ctx
  *             the shape, the 1B one after 256 positions by default
  *   tokens    a pass's, 1 (a decode step, the default) to 8 (a verify block)
+ *   fused     1: the fused pass (decode_fused.spv, one token), 2 phases a
+ *             layer; its partials make it another model's numbers, so
+ *             compare its logits with its own runs only (1 by default
+ *             for a shader named *fused*)
+ *   split     the fused pass's workgroups a head (4): each makes the
+ *             head's q, k and v and its attention, and a share of o's rows
+ *   layer_phases  phases a layer: 5; 2 with fused=1, 3 for a shader
+ *             named *stream3* (the shader says what each phase is)
  *   steps     passes a run (50)
  *   grids     workgroup counts, a comma list: 132 by default, one a
  *             multiprocessor of the H200 (more than one a multiprocessor
@@ -27,8 +40,10 @@
  *             one workgroup only (lavapipe runs a few at a time)
  *   skips     masks, a comma list: bit k leaves out the phases of kind k,
  *             5 the output matrix; what is left shows what a kind costs
- *   shader    the .spv's name: another build of decode_phases.comp
- *             (-DACT_CACHED, -DWG_SIZE=..., as its header lists)
+ *             (fused: 0 the attention blocks, 1 the ffn blocks)
+ *   shader    the .spv's name: decode_stream3, or another build of
+ *             decode_phases.comp (-DACT_CACHED, -DSTREAMED, ..., as its
+ *             header lists) or of decode_fused.comp
  *
  * Prints one JSON line a run: µs a pass; whether the logits are the bits
  * of the skip's first run (one dispatch a phase on 132 workgroups), which a
@@ -49,13 +64,14 @@ enum { HD = 64, TMAX = 8 };
 
 struct shape {
     uint32_t d, ff, heads, kv, layers, vocab, ctx, tokens;
+    uint32_t fused, split, layer_phases;
 };
 
 struct push {
     uint32_t first, n_phases, spin, base;
     uint32_t d, ff, n_head, n_kv;
     uint32_t n_layers, vocab, ctx, skip;
-    uint32_t tokens;
+    uint32_t tokens, split;
 };
 
 struct fill_push {
@@ -87,6 +103,19 @@ static uint64_t logits_at(const struct shape *s)
     return TMAX * (s->d + (s->d + 2ull * s->kv * HD) + s->d + s->ff);
 }
 
+/* The activations' floats: then the fused pass's residual buffers, 2
+ * layers of d values of two words each (the shader's fx_at). */
+static uint64_t act_floats(const struct shape *s)
+{
+    uint64_t end = (logits_at(s) + (uint64_t)TMAX * s->vocab + 3) & ~3ull;
+    return end + 2ull * s->layers * 2 * s->d;
+}
+
+static uint32_t phases_of(const struct shape *s)
+{
+    return s->layer_phases * s->layers + 1;
+}
+
 static struct push push_of(const struct shape *s)
 {
     struct push pc = {0};
@@ -98,6 +127,7 @@ static struct push push_of(const struct shape *s)
     pc.vocab = s->vocab;
     pc.ctx = s->ctx;
     pc.tokens = s->tokens;
+    pc.split = s->split;
     return pc;
 }
 
@@ -141,13 +171,19 @@ static int setup(struct bench *b, const char *dir, const char *shader)
     const struct shape *s = &b->s;
     b->w_bytes = layer_bytes(s) * s->layers + s->vocab * row_bytes(s->d);
     b->kv_bytes = (uint64_t)s->layers * s->kv * 2 * s->ctx * HD * 2;
-    b->act_floats = logits_at(s) + (uint64_t)TMAX * s->vocab;
+    b->act_floats = act_floats(s);
     if (s->ctx + s->tokens > 1024 || s->d % 64 || s->ff % 64 ||
         s->tokens < 1 || s->tokens > TMAX ||
         (uint64_t)s->d * s->tokens > 16384) {
         fprintf(stderr, "the shader takes ctx + tokens <= 1024, 1 to %d "
                 "tokens, d and ff multiples of 64, and d tokens <= 16384 "
                 "(a normed row's quants in shared memory)\n", TMAX);
+        return -1;
+    }
+    if (s->fused && (s->tokens != 1 || !s->split || s->d % (4 * s->split) ||
+                     s->heads % s->kv || s->ctx + 1 > 1024)) {
+        fprintf(stderr, "the fused pass takes 1 token, and a split that "
+                "divides d / 4 (and kv heads that divide heads)\n");
         return -1;
     }
     if (b->w_bytes >= (1ull << 32)) {
@@ -184,7 +220,7 @@ static double run(struct bench *b, uint32_t groups, int spin, int steps,
         fill(b, false, &err) || vk_begin(b->dev, &err))
         goto fail;
     const struct vk_buffer *bufs[] = {&b->w, &b->kv, &b->act, &b->count};
-    const uint32_t phases = 5 * s->layers + 1;
+    const uint32_t phases = phases_of(s);
     struct push pc = push_of(s);
     pc.skip = skip;
     double t0 = now_us();
@@ -243,12 +279,14 @@ static int report(struct bench *b, uint32_t groups, int spin, int steps,
     }
     printf("{\"device\": \"%s\", \"mode\": \"%s\", \"workgroups\": %u, "
            "\"skip\": %u, \"tokens\": %u, \"layers\": %u, \"ctx\": %u, "
+           "\"fused\": %u, \"split\": %u, \"layer_phases\": %u, "
            "\"us_per_step\": %.1f, \"weight_bytes\": %llu, "
            "\"logits_equal\": %s, \"logits_finite_nonzero\": %u, "
            "\"logits_hash\": \"%08x\", \"first_token_hash\": \"%08x\"}\n",
            vk_device_name(b->dev),
            spin ? "grid_barrier" : "dispatch_per_phase", groups, skip,
-           b->s.tokens, b->s.layers, b->s.ctx, us,
+           b->s.tokens, b->s.layers, b->s.ctx, b->s.fused,
+           b->s.split, b->s.layer_phases, us,
            (unsigned long long)b->w_bytes,
            same ? "true" : "false", live, hash, first);
     fflush(stdout);
@@ -286,8 +324,24 @@ int main(int argc, char **argv)
         key_u32(argc, argv, "heads", 32),   key_u32(argc, argv, "kv", 8),
         key_u32(argc, argv, "layers", 16),
         key_u32(argc, argv, "vocab", 128256),
-        key_u32(argc, argv, "ctx", 256),    key_u32(argc, argv, "tokens", 1)};
+        key_u32(argc, argv, "ctx", 256),    key_u32(argc, argv, "tokens", 1),
+        0, key_u32(argc, argv, "split", 4), 0};
+    /* the pass a shader does goes by its name (decode_fused*,
+     * decode_stream3*), unless the keys say otherwise */
+    const char *shader = key_str(argc, argv, "shader", NULL);
+    b.s.fused = key_u32(argc, argv, "fused",
+                        shader && strstr(shader, "fused") ? 1 : 0);
+    if (!shader)
+        shader = b.s.fused ? "decode_fused" : "decode_phases";
+    b.s.layer_phases = key_u32(argc, argv, "layer_phases",
+                               b.s.fused                   ? 2
+                               : strstr(shader, "stream3") ? 3
+                                                           : 5);
     int steps = (int)key_u32(argc, argv, "steps", 50);
+    if (b.s.layer_phases < 1 || b.s.layer_phases > 5) {
+        fprintf(stderr, "layer_phases: 1 to 5\n");
+        return 2;
+    }
     if (steps < 1 || steps > 100000) {
         fprintf(stderr, "steps: 1 to 100000\n");
         return 2;
@@ -302,7 +356,7 @@ int main(int argc, char **argv)
     float *ref = malloc((size_t)TMAX * b.s.vocab * sizeof *ref);
     float *got = malloc((size_t)TMAX * b.s.vocab * sizeof *got);
     if (!ref || !got ||
-        setup(&b, argv[1], key_str(argc, argv, "shader", "decode_phases")))
+        setup(&b, argv[1], shader))
         goto out;
     bool cpu = vk_device_is_cpu(b.dev);
     char grids[256];
