@@ -101,8 +101,7 @@ void quantize_h()
         const ivec4 q = ivec4(round(vec4(hsh[4u * t], hsh[4u * t + 1u],
                                          hsh[4u * t + 2u],
                                          hsh[4u * t + 3u]) * id));
-        hq[t] = (uint(q.x) & 255u) | ((uint(q.y) & 255u) << 8u) |
-                ((uint(q.z) & 255u) << 16u) | ((uint(q.w) & 255u) << 24u);
+        hq[t] = pack_q4(q);
     }
     barrier();
     if (t < 2u)

@@ -126,6 +126,13 @@ vec4 x_load4(uint src0, uint i)
     return act4[(src0 + i) / 4u];
 }
 
+// Four int8 values as one word, the first in the low byte.
+uint pack_q4(ivec4 q)
+{
+    return (uint(q.x) & 255u) | ((uint(q.y) & 255u) << 8u) |
+           ((uint(q.z) & 255u) << 16u) | ((uint(q.w) & 255u) << 24u);
+}
+
 float wg_sum(float v)
 {
     float s = subgroupAdd(v);
@@ -216,9 +223,7 @@ void quantize_x(uint src0, uint stride, uint col0, uint n, bool normed)
         const ivec4 q = ivec4(round(x * id));
         if (u >= units)
             continue;
-        xq4[t * (n / 16u) + 2u * b + j / 4u][j % 4u] =
-            (uint(q.x) & 255u) | ((uint(q.y) & 255u) << 8u) |
-            ((uint(q.z) & 255u) << 16u) | ((uint(q.w) & 255u) << 24u);
+        xq4[t * (n / 16u) + 2u * b + j / 4u][j % 4u] = pack_q4(q);
         if (j == 0u)
             xd[t * (n / 32u) + b] = amax / 127.0;
     }
@@ -246,21 +251,12 @@ void quantize_x_lite(uint src0, uint col0, uint n, bool normed)
             subgroupClusteredMax(max(max(a.x, a.y), max(a.z, a.w)), 8u);
         const float id = amax > 0.0 ? 127.0 / amax : 0.0;
         const ivec4 q = ivec4(round(x * id));
-        xq4[2u * b + j / 4u][j % 4u] =
-            (uint(q.x) & 255u) | ((uint(q.y) & 255u) << 8u) |
-            ((uint(q.z) & 255u) << 16u) | ((uint(q.w) & 255u) << 24u);
+        xq4[2u * b + j / 4u][j % 4u] = pack_q4(q);
         if (j == 0u)
             xd[b] = amax / 127.0;
     }
     if (normed) {
-        const float s = subgroupAdd(ss);
-        if (subgroupElect())
-            red[gl_SubgroupID][0] = s;
-        barrier();
-        float sum = 0.0;
-        for (uint i = 0u; i < gl_NumSubgroups; i++)
-            sum += red[i][0];
-        const float inv = inversesqrt(sum / float(n) + 1e-5);
+        const float inv = inversesqrt(wg_sum(ss) / float(n) + 1e-5);
         for (uint b = g; j == 0u && b < nb; b += WG / 8u)
             xd[b] *= inv;
     }
