@@ -180,10 +180,11 @@ static int setup(struct bench *b, const char *dir, const char *shader)
                 "(a normed row's quants in shared memory)\n", TMAX);
         return -1;
     }
-    if (s->fused && (s->tokens != 1 || !s->split || s->d % (4 * s->split) ||
-                     s->heads % s->kv || s->ctx + 1 > 1024)) {
-        fprintf(stderr, "the fused pass takes 1 token, and a split that "
-                "divides d / 4 (and kv heads that divide heads)\n");
+    if (!s->split || (s->fused && (s->tokens != 1 || s->d % (4 * s->split) ||
+                                   s->heads % s->kv))) {
+        fprintf(stderr, "split: 1 or more; the fused pass takes 1 token, a "
+                "split that divides d / 4, and kv heads that divide "
+                "heads\n");
         return -1;
     }
     if (b->w_bytes >= (1ull << 32)) {

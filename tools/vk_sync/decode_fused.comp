@@ -88,13 +88,12 @@ void quantize_h()
 {
     const uint t = gl_LocalInvocationID.x;
     barrier();
-    float amax = 0.0;
-    if (t < 2u)
+    if (t < 2u) {
+        float amax = 0.0;
         for (uint i = 0u; i < 32u; i++)
             amax = max(amax, abs(hsh[32u * t + i]));
-    barrier();
-    if (t < 2u)
-        hd[t] = amax;
+        hd[t] = amax;   // (the unit before read hd before its barrier)
+    }
     barrier();
     if (t < HD / 4u) {
         const float a = hd[t / 8u], id = a > 0.0 ? 127.0 / a : 0.0;

@@ -435,13 +435,15 @@ uint first_pair()
 // the streams of -DSTREAM are. Each subgroup takes a run of whole units
 // (rows; gated, a gate row and its up row), the runs as even as units
 // allow, and reads its run's quants as one stream, lane j the words j,
-// j + sg, ... of each row in turn, SL_WORDS at once: the next SL_WORDS'
-// loads issued before this batch is multiplied, and the first batch's
-// before x is normed and quantized. A row's sum is added over the
-// subgroup when its last word is in. On the H200 (session 49) 2 words at
-// once took 0.98 ms a step, 4 1.26 and 8 1.83 against 0.95 for the pairs
-// of matvec: x's prologue (quantize_x) then spills what is in flight;
-// with -DLITE_PROLOGUE, 4 words 0.81, 3 0.86, 6 0.99.
+// j + sg, ... of each row in turn, SL_WORDS at once, the next batch's
+// loads issued before this one is multiplied (-DEARLY_BATCH: the first
+// batch's before x is normed and quantized). A row's sum is added over
+// the subgroup when its last word is in: each row's words in the order
+// the pairs of matvec add them, so the same bits. On the H200 (session
+// 49) 2 words at once took 0.98 ms a step, 4 1.26 and 8 1.83 against 0.95
+// for the pairs, likely because x's prologue (quantize_x, 8 vec4 of x a
+// thread held for 8 tokens) leaves too few registers for the loads in
+// flight; with -DLITE_PROLOGUE, 4 words 0.81, 3 0.86, 6 0.99.
 #ifndef SL_WORDS
 #define SL_WORDS 4
 #endif
