@@ -83,28 +83,19 @@ void local_rows(matvec_t m)
 }
 
 // hsh's HD values into hq, two blocks of 32 quantized as x is, and their
-// scales into hd.
+// scales into hd: 8 lanes a block.
 void quantize_h()
 {
     const uint t = gl_LocalInvocationID.x;
-    barrier();
-    if (t < 2u) {
-        float amax = 0.0;
-        for (uint i = 0u; i < 32u; i++)
-            amax = max(amax, abs(hsh[32u * t + i]));
-        hd[t] = amax;   // (the unit before read hd before its barrier)
-    }
-    barrier();
+    barrier();   // hsh is written; the unit before has read hq and hd
     if (t < HD / 4u) {
-        const float a = hd[t / 8u], id = a > 0.0 ? 127.0 / a : 0.0;
-        const ivec4 q = ivec4(round(vec4(hsh[4u * t], hsh[4u * t + 1u],
-                                         hsh[4u * t + 2u],
-                                         hsh[4u * t + 3u]) * id));
-        hq[t] = pack_q4(q);
+        float amax;
+        hq[t] = quantize4(vec4(hsh[4u * t], hsh[4u * t + 1u],
+                               hsh[4u * t + 2u], hsh[4u * t + 3u]),
+                          amax);
+        if (t % 8u == 0u)
+            hd[t / 8u] = amax / 127.0;
     }
-    barrier();
-    if (t < 2u)
-        hd[t] = hd[t] / 127.0;
     barrier();
 }
 

@@ -133,6 +133,17 @@ uint pack_q4(ivec4 q)
            ((uint(q.z) & 255u) << 16u) | ((uint(q.w) & 255u) << 24u);
 }
 
+// Four of a block's values quantized as the CPU's Q8_0 x is, the block
+// spread over 8 lanes (a cluster) that all call this; its largest
+// magnitude into amax.
+uint quantize4(vec4 x, out float amax)
+{
+    const vec4 a = abs(x);
+    amax = subgroupClusteredMax(max(max(a.x, a.y), max(a.z, a.w)), 8u);
+    const float id = amax > 0.0 ? 127.0 / amax : 0.0;
+    return pack_q4(ivec4(round(x * id)));
+}
+
 float wg_sum(float v)
 {
     float s = subgroupAdd(v);
@@ -166,7 +177,6 @@ float wg_max(float v)
 // `normed`: the columns are the whole row, times 1 / its rms, which the
 // values loaded give (the tokens' sums of squares in one reduction).
 #define QROUNDS (TMAX * CC / 4u / WG)
-vec4 x_load4(uint src0, uint i);   // (FUSED: x as fixed point)
 void quantize_x(uint src0, uint stride, uint col0, uint n, bool normed)
 {
     const uint j = gl_LocalInvocationID.x % 8u;
@@ -215,15 +225,11 @@ void quantize_x(uint src0, uint stride, uint col0, uint n, bool normed)
             break;
         const uint u = k * (WG / 8u) + g;
         const uint t = min(u, units - 1u) / nb, b = min(u, units - 1u) % nb;
-        const vec4 x = normed ? v[k] * norm[t] : v[k];
-        const vec4 a = abs(x);
-        const float amax =
-            subgroupClusteredMax(max(max(a.x, a.y), max(a.z, a.w)), 8u);
-        const float id = amax > 0.0 ? 127.0 / amax : 0.0;
-        const ivec4 q = ivec4(round(x * id));
+        float amax;
+        const uint q = quantize4(normed ? v[k] * norm[t] : v[k], amax);
         if (u >= units)
             continue;
-        xq4[t * (n / 16u) + 2u * b + j / 4u][j % 4u] = pack_q4(q);
+        xq4[t * (n / 16u) + 2u * b + j / 4u][j % 4u] = q;
         if (j == 0u)
             xd[t * (n / 32u) + b] = amax / 127.0;
     }
@@ -246,12 +252,8 @@ void quantize_x_lite(uint src0, uint col0, uint n, bool normed)
     for (uint b = g; b < nb; b += WG / 8u) {
         const vec4 x = x_load4(src0, col0 + 32u * b + 4u * j);
         ss += dot(x, x);
-        const vec4 a = abs(x);
-        const float amax =
-            subgroupClusteredMax(max(max(a.x, a.y), max(a.z, a.w)), 8u);
-        const float id = amax > 0.0 ? 127.0 / amax : 0.0;
-        const ivec4 q = ivec4(round(x * id));
-        xq4[2u * b + j / 4u][j % 4u] = pack_q4(q);
+        float amax;
+        xq4[2u * b + j / 4u][j % 4u] = quantize4(x, amax);
         if (j == 0u)
             xd[b] = amax / 127.0;
     }
@@ -316,6 +318,9 @@ uint pair_of(uint q0, uint i) { return q0 + i * g_pair_stride; }
 uint g_head, g_kv_head;
 uint src_row(matvec_t m, uint r)
 {
+#ifndef FUSED
+    return r;   // (kind 3 is the fused pass's alone)
+#endif
     if (m.kind != 3u)
         return r;
     const uint part = r / HD, e = r % HD;
@@ -737,21 +742,25 @@ bool product_of(uint ph, out matvec_t m, out bool normed)
 #define STREAM_LOADS 8
 #endif
 #define SL uint(STREAM_LOADS)
-void stream_matrix(uint mat, uint bytes)
+// (stream_by: by `threads` threads, this one thread `first` of them)
+void stream_by(uint mat, uint bytes, uint first, uint threads)
 {
     const uint words = bytes / 16u;
-    const uint gs = gl_NumWorkGroups.x * WG;
     uvec4 acc = uvec4(0u);
-    for (uint i = gl_WorkGroupID.x * WG + gl_LocalInvocationID.x; i < words;
-         i += gs * SL) {
+    for (uint i = first; i < words; i += threads * SL) {
         uvec4 w[SL];
         [[unroll]] for (uint k = 0u; k < SL; k++)
-            w[k] = w4[mat / 16u + min(i + k * gs, words - 1u)];
+            w[k] = w4[mat / 16u + min(i + k * threads, words - 1u)];
         [[unroll]] for (uint k = 0u; k < SL; k++)
             acc ^= w[k];
     }
     if (acc == uvec4(0x9e3779b9u))
         act[0] = 0.0;
+}
+void stream_matrix(uint mat, uint bytes)
+{
+    stream_by(mat, bytes, gl_WorkGroupID.x * WG + gl_LocalInvocationID.x,
+              gl_NumWorkGroups.x * WG);
 }
 
 void phase(uint ph);   // the pass's own (the .comp that includes this)

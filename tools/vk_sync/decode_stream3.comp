@@ -35,18 +35,7 @@ void stream3_phase(uint ph)
         for (uint u = gl_WorkGroupID.x; u < pc.n_head * pc.split;
              u += gl_NumWorkGroups.x) {
             attention(layer, u / pc.split, 0u, false);
-            uvec4 acc = uvec4(0u);
-            for (uint i = gl_LocalInvocationID.x; i < share / 16u;
-                 i += WG * SL) {
-                uvec4 w[SL];
-                [[unroll]] for (uint j = 0u; j < SL; j++)
-                    w[j] = w4[(wo + u * share) / 16u +
-                              min(i + j * WG, share / 16u - 1u)];
-                [[unroll]] for (uint j = 0u; j < SL; j++)
-                    acc ^= w[j];
-            }
-            if (acc == uvec4(0x9e3779b9u))
-                act[0] = 0.0;
+            stream_by(wo + u * share, share, gl_LocalInvocationID.x, WG);
         }
     }
 }
